@@ -1,0 +1,95 @@
+// Package config loads and validates the deployment document that a gateway
+// serves (DESIGN section 7): providers, applications, routes and their policy
+// chains. Errors name file, line and field.
+package config
+
+import "time"
+
+// Deployment is the whole document. Field tags are the YAML names.
+type Deployment struct {
+	APIVersion   string        `yaml:"apiVersion"`
+	Server       Server        `yaml:"server"`
+	Counters     Counters      `yaml:"counters"`
+	Providers    []Provider    `yaml:"providers"`
+	Applications []Application `yaml:"applications"`
+	Routes       []Route       `yaml:"routes"`
+
+	// Source is the file the document came from ("" when built in memory).
+	Source string `yaml:"-"`
+}
+
+// Server holds data-plane limits. Zero values take the documented defaults.
+type Server struct {
+	// MaxRequestBytes bounds a request body (default 10 MiB).
+	MaxRequestBytes int64 `yaml:"maxRequestBytes"`
+	// ShutdownGrace bounds how long shutdown waits for in-flight streams (default 30s).
+	ShutdownGrace Duration `yaml:"shutdownGrace"`
+}
+
+// Counters selects and configures the counter store.
+type Counters struct {
+	// Backend is "memory" (default) or "redis".
+	Backend string `yaml:"backend"`
+	Redis   Redis  `yaml:"redis"`
+}
+
+// Redis configures the redis counter store.
+type Redis struct {
+	URL          string   `yaml:"url"`
+	Addrs        []string `yaml:"addrs"`
+	Username     string   `yaml:"username"`
+	Password     string   `yaml:"password"`
+	TLS          bool     `yaml:"tls"`
+	KeyPrefix    string   `yaml:"keyPrefix"`
+	FailureMode  string   `yaml:"failureMode"`
+	DialTimeout  Duration `yaml:"dialTimeout"`
+	ReadTimeout  Duration `yaml:"readTimeout"`
+	WriteTimeout Duration `yaml:"writeTimeout"`
+	PoolSize     int      `yaml:"poolSize"`
+}
+
+// Provider is an upstream LLM API.
+type Provider struct {
+	Name string `yaml:"name"`
+	// Type is "openai" (any OpenAI-compatible API) or "anthropic".
+	Type string `yaml:"type"`
+	// URL is the single target; Targets lists several for retries and failover.
+	URL     string   `yaml:"url"`
+	Targets []string `yaml:"targets"`
+	Auth    *Auth    `yaml:"auth"`
+	// Timeout bounds one upstream attempt until response headers (default 60s).
+	Timeout Duration `yaml:"timeout"`
+	// Retries is the number of extra attempts across targets (default 2).
+	Retries *int `yaml:"retries"`
+}
+
+// Auth is the credential header the gateway adds upstream.
+type Auth struct {
+	Header string `yaml:"header"`
+	Value  string `yaml:"value"`
+}
+
+// Application is an API consumer with its keys, stored only as hashes.
+type Application struct {
+	ID      string   `yaml:"id"`
+	Name    string   `yaml:"name"`
+	APIKeys []string `yaml:"apiKeys"`
+}
+
+// Route binds a path prefix to a provider and a policy chain.
+type Route struct {
+	Name     string        `yaml:"name"`
+	Context  string        `yaml:"context"`
+	Provider string        `yaml:"provider"`
+	Policies []PolicyEntry `yaml:"policies"`
+}
+
+// PolicyEntry is one chain member.
+type PolicyEntry struct {
+	Name    string         `yaml:"name"`
+	Version string         `yaml:"version"`
+	Params  map[string]any `yaml:"params"`
+}
+
+// Duration is a YAML duration string ("30s", "1h", "1d").
+type Duration time.Duration

@@ -1,0 +1,185 @@
+// Package policies defines the policy contract, the registry of definitions, the
+// strict params decoding, and the chain runner that owns the lifecycle guarantee.
+//
+// Phases, in execution order for one request:
+//
+//  1. Request, in list order. A policy may reject (return an error); then no later
+//     policy runs and nothing goes upstream.
+//  2. Response, in reverse list order, when the upstream response headers (and,
+//     when not streaming, its body) are known, before anything reaches the client.
+//  3. Stream, in reverse list order, once per SSE event as it is forwarded.
+//  4. Final, in reverse list order: exactly once for every policy whose request
+//     phase ran, with the request's Outcome, on every path (success, upstream
+//     error, timeout, client disconnect, panic, rejection by a later policy).
+//
+// All phases of one request run on the goroutine serving it; a policy instance is
+// shared by all requests on its route and must be safe for concurrent use.
+package policies
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"sluice/gwerror"
+	"sluice/llmapi"
+	"sluice/sharedctx"
+	"sluice/sse"
+)
+
+// Policy is a chain member. Only the request phase is mandatory; the others are
+// the optional interfaces ResponseHandler, StreamHandler and Finalizer.
+type Policy interface {
+	// OnRequest runs before the request goes upstream. A non-nil error rejects it.
+	OnRequest(c *Call) *gwerror.Error
+}
+
+// ResponseHandler sees the upstream response before the client does. A non-nil
+// error replaces the response (the upstream call has still happened).
+type ResponseHandler interface {
+	OnResponse(c *Call, r *Response) *gwerror.Error
+}
+
+// StreamHandler sees each SSE event of a streamed response as it is forwarded.
+// It may rewrite ev.Data or set ev.Drop.
+type StreamHandler interface {
+	OnStreamEvent(c *Call, ev *sse.Event)
+}
+
+// Finalizer receives the request's one final outcome. This is where reservations
+// are settled, closed, abandoned or released.
+type Finalizer interface {
+	OnFinal(c *Call, o *Outcome)
+}
+
+// Call is one request's view for policies.
+type Call struct {
+	Ctx    context.Context
+	Shared *sharedctx.SharedContext
+	// Request is the client's request as it will go upstream; policies may edit
+	// Header (e.g. strip credentials) and LLM (e.g. cap max tokens).
+	Request *Request
+	// ClientHeader collects headers policies add to the client's response (e.g.
+	// x-ratelimit-*); the gateway sends them with the first byte of the response,
+	// success or error.
+	ClientHeader http.Header
+	// Started is when the gateway received the request.
+	Started time.Time
+}
+
+// Request is the inbound request after the edge parsed it once.
+type Request struct {
+	Method string
+	// Path is the upstream path (the route context removed), e.g. /v1/chat/completions.
+	Path     string
+	Header   http.Header
+	Query    url.Values
+	RemoteIP string
+	// LLM is the parsed body (nil for requests without a JSON body).
+	LLM *llmapi.Request
+}
+
+// Response is the upstream response as policies see it.
+type Response struct {
+	Status int
+	Header http.Header
+	// Body is the full body for non-streamed responses, nil for streams.
+	Body   []byte
+	Stream bool
+	// Usage is the extracted usage for non-streamed responses (nil for streams
+	// until the Final phase, and when the body reports none).
+	Usage *llmapi.Usage
+}
+
+// OutcomeKind classifies how a request ended.
+type OutcomeKind uint8
+
+const (
+	// Completed: the upstream answered 2xx and the response was delivered in full.
+	Completed OutcomeKind = iota + 1
+	// UpstreamFailed: a non-2xx final upstream answer, a transport error or a
+	// timeout after retries, or a stream cut by the upstream.
+	UpstreamFailed
+	// Cancelled: the client went away (or the server shut down) before the end.
+	Cancelled
+	// Rejected: a policy rejected the request in the request phase; nothing went
+	// upstream.
+	Rejected
+	// Failed: an internal error (a recovered panic) ended the request.
+	Failed
+)
+
+func (k OutcomeKind) String() string {
+	switch k {
+	case Completed:
+		return "completed"
+	case UpstreamFailed:
+		return "upstream_failed"
+	case Cancelled:
+		return "cancelled"
+	case Rejected:
+		return "rejected"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// Outcome is the final result of a request, delivered once to each admitted policy.
+type Outcome struct {
+	Kind OutcomeKind
+	// Status is the HTTP status the client got (0 when nothing was sent).
+	Status int
+	// WentUpstream is true when at least one upstream attempt was made.
+	WentUpstream bool
+	// Usage is the usage the gateway extracted (nil when none was reported).
+	// Usage.Complete() tells whether it is fit for settlement.
+	Usage *llmapi.Usage
+	// RejectedBy is the index in the chain of the policy that rejected the
+	// request (Kind == Rejected), -1 otherwise. A policy is told it rejected the
+	// request itself when RejectedBy equals its own position.
+	RejectedBy int
+	Err        error
+}
+
+// RouteInfo is what a policy instance knows about where it is attached.
+type RouteInfo struct {
+	RouteName    string
+	APIName      string
+	Provider     string
+	ProviderType string
+	// Attachment is the level the policy is attached at ("route").
+	Attachment string
+	// Position is the index of the instance in its chain.
+	Position int
+	// InstanceID is the short hash identifying this instance (see InstanceID).
+	InstanceID string
+}
+
+// Services are the gateway services injected into constructors. A policy that
+// needs a service it finds nil fails construction (a wiring bug, not user input).
+// Later layers add typed fields here (counter store, pricing catalog, tokenizer).
+type Services struct {
+	Logger *slog.Logger
+	// Now is the clock; tests inject a fake.
+	Now func() time.Time
+	// Keys resolves API keys (by SHA-256) to applications; built from the
+	// deployment's applications.
+	Keys KeyIndex
+}
+
+// KeyIndex resolves an API key's SHA-256 digest to its credential in O(1).
+// Implementations are immutable and safe for concurrent use.
+type KeyIndex interface {
+	Lookup(sum [32]byte) (Credential, bool)
+}
+
+// Credential is what a key resolves to.
+type Credential struct {
+	ApplicationID   string
+	ApplicationName string
+	// KeyID is a short, non-secret identifier of the key (hash prefix).
+	KeyID string
+}
