@@ -25,8 +25,11 @@ import (
 
 	"sluice/gwerror"
 	"sluice/llmapi"
+	"sluice/policies/ratelimit/store"
+	"sluice/pricing"
 	"sluice/sharedctx"
 	"sluice/sse"
+	"sluice/tokencount"
 )
 
 // Policy is a chain member. Only the request phase is mandatory; the others are
@@ -168,6 +171,12 @@ type Services struct {
 	// Keys resolves API keys (by SHA-256) to applications; built from the
 	// deployment's applications.
 	Keys KeyIndex
+	// Counters is the counter store limit policies charge.
+	Counters store.Store
+	// Pricing is the model price catalog.
+	Pricing *pricing.Catalog
+	// Tokens estimates prompt tokens.
+	Tokens *tokencount.Counter
 }
 
 // KeyIndex resolves an API key's SHA-256 digest to its credential in O(1).

@@ -1,0 +1,11 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+func cmdKeys(args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stderr, "sluice: not implemented yet")
+	return 1
+}

@@ -1,0 +1,15 @@
+// Package builtin lists the built-in policy definitions. It is the one place
+// that imports every policy package.
+package builtin
+
+import "sluice/policies"
+
+// Definitions returns the built-in definitions.
+func Definitions() []policies.Definition {
+	return []policies.Definition{}
+}
+
+// Registry returns a new registry of the built-in definitions.
+func Registry() *policies.Registry {
+	return policies.NewRegistry(Definitions()...)
+}
