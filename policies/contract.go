@@ -18,10 +18,14 @@ package policies
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/gwerror"
 	"sluice/llmapi"
@@ -177,6 +181,28 @@ type Services struct {
 	Pricing *pricing.Catalog
 	// Tokens estimates prompt tokens.
 	Tokens *tokencount.Counter
+	// Metrics registers policy collectors (nil: no metrics). Chains are rebuilt
+	// on reload, so policies register with RegisterOrReuse.
+	Metrics prometheus.Registerer
+}
+
+// RegisterOrReuse registers c on reg, or returns the collector already
+// registered under the same descriptor (chains are rebuilt on every reload).
+// With a nil reg it returns c unregistered.
+func RegisterOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(fmt.Sprintf("policies: registering metrics: %v", err))
+	}
+	return c
 }
 
 // KeyIndex resolves an API key's SHA-256 digest to its credential in O(1).

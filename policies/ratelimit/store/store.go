@@ -79,9 +79,19 @@ type Result struct {
 	// ResetAfter is the time until the counter is full again (bucket) or its
 	// window ends (windows).
 	ResetAfter []time.Duration
-	// Window identifies the window charged (its start in Unix seconds; 0 for
-	// buckets). Settlement passes it back so deltas land in the same window.
+	// Ticket says where the charges landed; Adjust needs it back.
+	Ticket Ticket
+}
+
+// Ticket identifies where a reservation's charges landed, so that settlement
+// adjusts the same windows on the same backend.
+type Ticket struct {
+	// Window is, per debit, the start (Unix seconds) of the window charged; 0
+	// for buckets.
 	Window []int64
+	// Origin is implementation-defined (e.g. redisstore marks reservations
+	// served by its local fallback while Redis was unreachable).
+	Origin uint8
 }
 
 // Reset sizes r's slices for n debits, reusing their storage.
@@ -89,7 +99,8 @@ func (r *Result) Reset(n int) {
 	r.Allowed, r.Denied, r.RetryAfter, r.Never = false, -1, 0, false
 	r.Remaining = grow(r.Remaining, n)
 	r.ResetAfter = growD(r.ResetAfter, n)
-	r.Window = grow(r.Window, n)
+	r.Ticket.Window = grow(r.Ticket.Window, n)
+	r.Ticket.Origin = 0
 }
 
 func grow(s []int64, n int) []int64 {
@@ -117,9 +128,9 @@ type Store interface {
 	Reserve(ctx context.Context, debits []Debit, res *Result) error
 	// Adjust applies deltas[i] (signed; positive charges more, into debt if
 	// need be; negative refunds, never above the capacity) to debits[i]'s
-	// counter in window windows[i] (from the Reserve result). Adjusting a window
-	// that has ended is a no-op for that debit.
-	Adjust(ctx context.Context, debits []Debit, windows []int64, deltas []int64) error
+	// counter in the window t.Window[i] (t from the Reserve result). Adjusting
+	// a window that has ended is a no-op for that debit.
+	Adjust(ctx context.Context, debits []Debit, t *Ticket, deltas []int64) error
 	// Peek fills res with the counters' state without charging (Amount is used
 	// only to compute Allowed/RetryAfter as Reserve would).
 	Peek(ctx context.Context, debits []Debit, res *Result) error
