@@ -2,11 +2,18 @@
 // that imports every policy package.
 package builtin
 
-import "sluice/policies"
+import (
+	"sluice/policies"
+	"sluice/policies/apikeyauth"
+	"sluice/policies/modelaccess"
+)
 
 // Definitions returns the built-in definitions.
 func Definitions() []policies.Definition {
-	return []policies.Definition{}
+	return []policies.Definition{
+		apikeyauth.Definition(),
+		modelaccess.Definition(),
+	}
 }
 
 // Registry returns a new registry of the built-in definitions.

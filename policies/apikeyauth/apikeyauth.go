@@ -1,0 +1,218 @@
+// Package apikeyauth is the api-key-auth policy: it reads an API key from a
+// request header (or a query parameter), resolves it to an application through
+// the injected key index, and removes the credential before the request goes
+// upstream.
+package apikeyauth
+
+import (
+	"crypto/sha256"
+	"errors"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+
+	"sluice/gwerror"
+	"sluice/policies"
+	"sluice/sharedctx"
+)
+
+// Name and Version identify the definition.
+const (
+	Name    = "api-key-auth"
+	Version = "v1"
+)
+
+// AuthMethod is the AuthContext.Method this policy writes.
+const AuthMethod = "api-key"
+
+// Params configures api-key-auth. With no params the key is read from
+// "Authorization: Bearer <key>", then from "x-api-key".
+type Params struct {
+	// Header is the request header that carries the API key.
+	Header string `json:"header,omitempty" jsonschema:"minLength=1,default=Authorization"`
+	// Prefix is stripped from the Header value when present, compared without
+	// regard to case ("bearer sk-..." works too). Set it to "" when the header
+	// carries the bare key. It does not apply to alternateHeaders or queryParam.
+	Prefix *string `json:"prefix,omitempty" jsonschema:"default=Bearer "`
+	// AlternateHeaders are consulted in order when Header is absent; each carries
+	// the bare key. The default accepts Anthropic clients' "x-api-key". Set [] to
+	// accept only Header.
+	AlternateHeaders []string `json:"alternateHeaders,omitempty" jsonschema:"default=x-api-key"`
+	// QueryParam, when set, names a query parameter that carries the key when no
+	// header does. The parameter is removed before the request goes upstream.
+	QueryParam string `json:"queryParam,omitempty"`
+}
+
+// Validate checks header names (policies.DecodeParams calls it).
+func (p *Params) Validate() error {
+	var errs policies.ParamErrors
+	if p.Header != "" && !validHeaderName(p.Header) {
+		errs = append(errs, &policies.ParamError{Path: []string{"header"}, Message: "not a valid HTTP header name"})
+	}
+	for i, h := range p.AlternateHeaders {
+		if !validHeaderName(h) {
+			errs = append(errs, &policies.ParamError{Path: []string{"alternateHeaders", strconv.Itoa(i)}, Message: "not a valid HTTP header name"})
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// Definition returns the api-key-auth v1 definition.
+func Definition() policies.Definition {
+	d := policies.Define(Name, Version,
+		"Authenticates requests by API key (looked up by SHA-256 hash), writes the application id and strips the key before the request goes upstream.",
+		build)
+	d.Writes = []policies.MetaKey{{Key: sharedctx.KeyApplicationID, Phase: policies.PhaseRequest}}
+	return d
+}
+
+// policy is immutable after build and safe for concurrent use.
+type policy struct {
+	keys policies.KeyIndex
+	// headers holds canonical header names in lookup order: the configured
+	// header first, then the alternates. Only headers[0] has the prefix.
+	headers    []string
+	prefix     string
+	queryParam string
+	missingMsg string
+}
+
+func build(p *Params, _ policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
+	if svc == nil || svc.Keys == nil {
+		return nil, errors.New("api-key-auth needs a key index (Services.Keys is nil)")
+	}
+	header := p.Header
+	if header == "" {
+		header = "Authorization"
+	}
+	prefix := "Bearer "
+	if p.Prefix != nil {
+		prefix = *p.Prefix
+	}
+	alternates := p.AlternateHeaders
+	if alternates == nil {
+		alternates = []string{"x-api-key"}
+	}
+	pol := &policy{keys: svc.Keys, prefix: prefix, queryParam: p.QueryParam}
+	seen := map[string]bool{}
+	for _, h := range append([]string{header}, alternates...) {
+		c := textproto.CanonicalMIMEHeaderKey(h)
+		if !seen[c] {
+			seen[c] = true
+			pol.headers = append(pol.headers, c)
+		}
+	}
+	pol.missingMsg = missingMessage(pol.headers, prefix, p.QueryParam)
+	return pol, nil
+}
+
+func missingMessage(headers []string, prefix, query string) string {
+	var b strings.Builder
+	b.WriteString("missing API key: send it in the ")
+	b.WriteString(headers[0])
+	b.WriteString(" header")
+	if prefix != "" {
+		b.WriteString(` as "` + prefix + `<key>"`)
+	}
+	for _, h := range headers[1:] {
+		b.WriteString(", or in the " + h + " header")
+	}
+	if query != "" {
+		b.WriteString(", or in the " + query + " query parameter")
+	}
+	return b.String()
+}
+
+// OnRequest authenticates the request. The key is looked up by its SHA-256
+// digest, so the index never compares secret bytes: the lookup's timing depends
+// on the digest, which reveals nothing usable about any stored key.
+func (p *policy) OnRequest(c *policies.Call) *gwerror.Error {
+	key, found := p.extract(c.Request)
+	p.strip(c.Request)
+	if !found {
+		return unauthorized(p.missingMsg)
+	}
+	if key == "" {
+		return unauthorized("missing API key: the credential is empty")
+	}
+	cred, ok := p.keys.Lookup(sha256.Sum256([]byte(key)))
+	if !ok {
+		return unauthorized("invalid API key")
+	}
+	sh := c.Shared
+	sh.Metadata[sharedctx.KeyApplicationID] = cred.ApplicationID
+	sh.Auth.Authenticated = true
+	sh.Auth.ApplicationID = cred.ApplicationID
+	sh.Auth.CredentialID = cred.KeyID
+	sh.Auth.Method = AuthMethod
+	if sh.Analytics != nil {
+		sh.Analytics["application_id"] = cred.ApplicationID
+	}
+	return nil
+}
+
+// extract returns the key from the first credential source present: the
+// configured header (prefix stripped), the alternate headers, the query
+// parameter. found is false when none is present.
+func (p *policy) extract(r *policies.Request) (key string, found bool) {
+	if r == nil {
+		return "", false
+	}
+	for i, h := range p.headers {
+		vs := r.Header[h]
+		if len(vs) == 0 {
+			continue
+		}
+		v := strings.TrimSpace(vs[0])
+		if i == 0 && p.prefix != "" && len(v) >= len(p.prefix) && strings.EqualFold(v[:len(p.prefix)], p.prefix) {
+			v = strings.TrimSpace(v[len(p.prefix):])
+		}
+		return v, true
+	}
+	if p.queryParam != "" {
+		if vs, ok := r.Query[p.queryParam]; ok && len(vs) > 0 {
+			return strings.TrimSpace(vs[0]), true
+		}
+	}
+	return "", false
+}
+
+// strip removes every credential source this policy reads, whichever carried
+// the key, so no client credential reaches the provider.
+func (p *policy) strip(r *policies.Request) {
+	if r == nil {
+		return
+	}
+	for _, h := range p.headers {
+		delete(r.Header, h)
+	}
+	if p.queryParam != "" && r.Query != nil {
+		r.Query.Del(p.queryParam)
+	}
+}
+
+func unauthorized(msg string) *gwerror.Error {
+	e := gwerror.New(http.StatusUnauthorized, gwerror.TypeAuthentication, gwerror.CodeInvalidAPIKey, msg)
+	e.Header = http.Header{"Www-Authenticate": {`Bearer realm="sluice"`}}
+	return e
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

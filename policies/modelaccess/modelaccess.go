@@ -1,0 +1,173 @@
+// Package modelaccess is the model-access policy: per-application model
+// allowlists of exact names and prefixes, checked before the request goes
+// upstream.
+package modelaccess
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	"sluice/gwerror"
+	"sluice/policies"
+	"sluice/sharedctx"
+)
+
+// Name and Version identify the definition.
+const (
+	Name    = "model-access"
+	Version = "v1"
+)
+
+// Params configures model-access. A pattern is an exact model name
+// ("gpt-4o-mini") or a prefix ending in "*" ("claude-3-5-*"; "*" alone matches
+// every model). Model names are compared case-sensitively.
+type Params struct {
+	// Allow lists the models every application may use, unless the application
+	// has its own entry in perApplication. Empty or absent: all models.
+	Allow []string `json:"allow,omitempty" jsonschema:"uniqueItems=true"`
+	// PerApplication maps an application id to the models it may use; the list
+	// replaces allow for that application. An empty list allows all models.
+	PerApplication map[string][]string `json:"perApplication,omitempty"`
+}
+
+// Validate checks every pattern (policies.DecodeParams calls it).
+func (p *Params) Validate() error {
+	var errs policies.ParamErrors
+	check := func(path []string, pats []string) {
+		for i, pat := range pats {
+			if msg := patternProblem(pat); msg != "" {
+				errs = append(errs, &policies.ParamError{
+					Path: append(append([]string(nil), path...), strconv.Itoa(i)), Message: msg})
+			}
+		}
+	}
+	check([]string{"allow"}, p.Allow)
+	apps := make([]string, 0, len(p.PerApplication))
+	for app := range p.PerApplication {
+		apps = append(apps, app)
+	}
+	sort.Strings(apps)
+	for _, app := range apps {
+		if app == "" {
+			errs = append(errs, &policies.ParamError{Path: []string{"perApplication"}, Message: "application id must not be empty"})
+			continue
+		}
+		check([]string{"perApplication", app}, p.PerApplication[app])
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+func patternProblem(pat string) string {
+	switch {
+	case pat == "":
+		return "empty model pattern"
+	case strings.Contains(pat[:len(pat)-1], "*"):
+		return fmt.Sprintf("model pattern %q: \"*\" is only allowed at the end (a prefix match)", pat)
+	}
+	return ""
+}
+
+// Definition returns the model-access v1 definition.
+func Definition() policies.Definition {
+	d := policies.Define(Name, Version,
+		"Restricts which models each application may request: exact names or prefixes, one list for everyone and optional per-application lists.",
+		build)
+	d.Reads = []policies.MetaKey{{Key: sharedctx.KeyApplicationID, Phase: policies.PhaseRequest, Optional: true}}
+	return d
+}
+
+// allowlist is a compiled list of patterns: a set of exact names and a list of
+// prefixes. all is true when every model is allowed.
+type allowlist struct {
+	all      bool
+	exact    map[string]struct{}
+	prefixes []string
+}
+
+func compile(pats []string) *allowlist {
+	a := &allowlist{exact: make(map[string]struct{}, len(pats))}
+	if len(pats) == 0 {
+		a.all = true
+		return a
+	}
+	for _, pat := range pats {
+		if prefix, ok := strings.CutSuffix(pat, "*"); ok {
+			if prefix == "" {
+				a.all = true
+			}
+			a.prefixes = append(a.prefixes, prefix)
+			continue
+		}
+		a.exact[pat] = struct{}{}
+	}
+	return a
+}
+
+func (a *allowlist) allows(model string) bool {
+	if a.all {
+		return true
+	}
+	if model == "" {
+		return false
+	}
+	if _, ok := a.exact[model]; ok {
+		return true
+	}
+	for _, p := range a.prefixes {
+		if strings.HasPrefix(model, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// policy is immutable after build and safe for concurrent use.
+type policy struct {
+	global *allowlist
+	perApp map[string]*allowlist
+}
+
+func build(p *Params, _ policies.RouteInfo, _ *policies.Services) (policies.Policy, error) {
+	pol := &policy{global: compile(p.Allow), perApp: make(map[string]*allowlist, len(p.PerApplication))}
+	for app, pats := range p.PerApplication {
+		pol.perApp[app] = compile(pats)
+	}
+	return pol, nil
+}
+
+// OnRequest admits the request when its model is on the caller's allowlist.
+// A request that names no model is denied whenever a restriction applies.
+func (p *policy) OnRequest(c *policies.Call) *gwerror.Error {
+	app := c.Shared.ApplicationID()
+	list := p.global
+	if app != "" {
+		if l, ok := p.perApp[app]; ok {
+			list = l
+		}
+	}
+	model := c.Shared.Model
+	if model == "" && c.Request != nil && c.Request.LLM != nil {
+		model = c.Request.LLM.Model
+	}
+	if list.allows(model) {
+		return nil
+	}
+	var msg string
+	switch {
+	case model == "":
+		msg = "the request names no model, and this application may only use specific models"
+	case app == "":
+		msg = fmt.Sprintf("model %q is not allowed on this route", model)
+	default:
+		msg = fmt.Sprintf("model %q is not allowed for application %q", model, app)
+	}
+	e := gwerror.New(http.StatusForbidden, gwerror.TypePermission, gwerror.CodeModelNotAllowed, msg)
+	e.Param = "model"
+	return e
+}
