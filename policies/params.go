@@ -14,6 +14,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/invopop/jsonschema"
 	sjs "github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
 
 // ParamError is one problem with a policy's params. Path is the location inside
@@ -178,6 +179,12 @@ func validationErrors(ve *sjs.ValidationError) ParamErrors {
 	var walk func(u *sjs.OutputUnit)
 	walk = func(u *sjs.OutputUnit) {
 		if u.Error != nil && len(u.Errors) == 0 {
+			if ap, ok := u.Error.Kind.(*kind.AdditionalProperties); ok {
+				for _, prop := range ap.Properties {
+					out = append(out, &ParamError{Path: append(pointerPath(u.InstanceLocation), prop), Message: "unknown parameter"})
+				}
+				return
+			}
 			msg := u.Error.String()
 			key := u.InstanceLocation + "|" + msg
 			if !seen[key] {
