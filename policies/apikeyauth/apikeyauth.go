@@ -75,8 +75,10 @@ type policy struct {
 	keys policies.KeyIndex
 	// headers holds canonical header names in lookup order: the configured
 	// header first, then the alternates. Only headers[0] has the prefix.
-	headers    []string
-	prefix     string
+	headers []string
+	prefix  string
+	// bareScheme is prefix without trailing spaces ("Bearer").
+	bareScheme string
 	queryParam string
 	missingMsg string
 }
@@ -97,7 +99,7 @@ func build(p *Params, _ policies.RouteInfo, svc *policies.Services) (policies.Po
 	if alternates == nil {
 		alternates = []string{"x-api-key"}
 	}
-	pol := &policy{keys: svc.Keys, prefix: prefix, queryParam: p.QueryParam}
+	pol := &policy{keys: svc.Keys, prefix: prefix, bareScheme: strings.TrimRight(prefix, " "), queryParam: p.QueryParam}
 	seen := map[string]bool{}
 	for _, h := range append([]string{header}, alternates...) {
 		c := textproto.CanonicalMIMEHeaderKey(h)
@@ -168,8 +170,14 @@ func (p *policy) extract(r *policies.Request) (key string, found bool) {
 			continue
 		}
 		v := strings.TrimSpace(vs[0])
-		if i == 0 && p.prefix != "" && len(v) >= len(p.prefix) && strings.EqualFold(v[:len(p.prefix)], p.prefix) {
-			v = strings.TrimSpace(v[len(p.prefix):])
+		if i == 0 && p.prefix != "" {
+			switch {
+			case len(v) >= len(p.prefix) && strings.EqualFold(v[:len(p.prefix)], p.prefix):
+				v = strings.TrimSpace(v[len(p.prefix):])
+			case strings.EqualFold(v, p.bareScheme):
+				// "Bearer" alone: the trailing space went with TrimSpace.
+				v = ""
+			}
 		}
 		return v, true
 	}

@@ -1,0 +1,214 @@
+package apikeyauth_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"sluice/gwerror"
+	"sluice/policies"
+	"sluice/policies/apikeyauth"
+	"sluice/sharedctx"
+)
+
+type mapIndex map[[32]byte]policies.Credential
+
+func (m mapIndex) Lookup(sum [32]byte) (policies.Credential, bool) {
+	c, ok := m[sum]
+	return c, ok
+}
+
+const goodKey = "sk-sluice-good"
+
+func testIndex() mapIndex {
+	return mapIndex{
+		sha256.Sum256([]byte(goodKey)):     {ApplicationID: "app-a", ApplicationName: "Team A", KeyID: "k1"},
+		sha256.Sum256([]byte("other-key")): {ApplicationID: "app-b", KeyID: "k2"},
+	}
+}
+
+func buildChain(t testing.TB, params map[string]any) *policies.Chain {
+	t.Helper()
+	reg := policies.NewRegistry(apikeyauth.Definition())
+	ch, err := reg.BuildChain(policies.RouteInfo{RouteName: "r1"},
+		[]policies.EntrySpec{{Name: apikeyauth.Name, Version: apikeyauth.Version, Params: params}},
+		&policies.Services{Keys: testIndex()}, nil)
+	if err != nil {
+		t.Fatalf("BuildChain: %v", err)
+	}
+	return ch
+}
+
+func newCall(h http.Header, q url.Values) *policies.Call {
+	if h == nil {
+		h = http.Header{}
+	}
+	if q == nil {
+		q = url.Values{}
+	}
+	return &policies.Call{
+		Ctx:     context.Background(),
+		Shared:  sharedctx.New("req-1", "r1", "api", "openai"),
+		Request: &policies.Request{Method: "POST", Path: "/v1/chat/completions", Header: h, Query: q},
+	}
+}
+
+func TestAPIKeyAuth(t *testing.T) {
+	tests := []struct {
+		name    string
+		params  map[string]any
+		header  http.Header
+		query   url.Values
+		wantApp string // "" means a 401 is expected
+		wantMsg string // substring of the 401 message
+		// gone lists headers and query params that must be absent afterwards.
+		goneHeaders []string
+		goneQuery   []string
+		keptHeaders []string
+	}{
+		{name: "bearer", header: http.Header{"Authorization": {"Bearer " + goodKey}}, wantApp: "app-a",
+			goneHeaders: []string{"Authorization"}},
+		{name: "bearer lower case prefix", header: http.Header{"Authorization": {"bearer " + goodKey}}, wantApp: "app-a"},
+		{name: "bearer upper case prefix", header: http.Header{"Authorization": {"BEARER " + goodKey}}, wantApp: "app-a"},
+		{name: "no prefix still accepted", header: http.Header{"Authorization": {goodKey}}, wantApp: "app-a"},
+		{name: "x-api-key", header: http.Header{"X-Api-Key": {"other-key"}, "Content-Type": {"application/json"}}, wantApp: "app-b",
+			goneHeaders: []string{"X-Api-Key"}, keptHeaders: []string{"Content-Type"}},
+		{name: "x-api-key value is not prefix-stripped", header: http.Header{"X-Api-Key": {"Bearer " + goodKey}},
+			wantMsg: "invalid API key"},
+		{name: "configured header wins over alternate", header: http.Header{"Authorization": {"Bearer bad"}, "X-Api-Key": {goodKey}},
+			wantMsg: "invalid API key", goneHeaders: []string{"Authorization", "X-Api-Key"}},
+		{name: "both headers stripped on success", header: http.Header{"Authorization": {"Bearer " + goodKey}, "X-Api-Key": {"whatever"}},
+			wantApp: "app-a", goneHeaders: []string{"Authorization", "X-Api-Key"}},
+		{name: "custom header and empty prefix", params: map[string]any{"header": "x-sluice-key", "prefix": ""},
+			header: http.Header{"X-Sluice-Key": {goodKey}}, wantApp: "app-a", goneHeaders: []string{"X-Sluice-Key"}},
+		{name: "custom prefix", params: map[string]any{"prefix": "Key "},
+			header: http.Header{"Authorization": {"key " + goodKey}}, wantApp: "app-a"},
+		{name: "alternate headers disabled", params: map[string]any{"alternateHeaders": []any{}},
+			header: http.Header{"X-Api-Key": {goodKey}}, wantMsg: "missing API key"},
+		{name: "query param", params: map[string]any{"queryParam": "key"},
+			query: url.Values{"key": {goodKey}, "other": {"1"}}, wantApp: "app-a", goneQuery: []string{"key"}},
+		{name: "query param ignored without config", query: url.Values{"key": {goodKey}}, wantMsg: "missing API key"},
+		{name: "header preferred over query", params: map[string]any{"queryParam": "key"},
+			header: http.Header{"Authorization": {"Bearer other-key"}}, query: url.Values{"key": {goodKey}},
+			wantApp: "app-b", goneQuery: []string{"key"}},
+		{name: "missing", header: http.Header{"Content-Type": {"application/json"}}, wantMsg: "missing API key"},
+		{name: "empty bearer", header: http.Header{"Authorization": {"Bearer "}}, wantMsg: "missing API key"},
+		{name: "bad key", header: http.Header{"Authorization": {"Bearer sk-sluice-nope"}}, wantMsg: "invalid API key"},
+		{name: "key with surrounding spaces", header: http.Header{"Authorization": {"  Bearer   " + goodKey + " "}}, wantApp: "app-a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ch := buildChain(t, tt.params)
+			call := newCall(tt.header, tt.query)
+			gerr := ch.Start(call).Request()
+			if tt.wantApp == "" {
+				if gerr == nil {
+					t.Fatal("want 401, request was admitted")
+				}
+				if gerr.Status != http.StatusUnauthorized || gerr.Type != gwerror.TypeAuthentication || gerr.Code != gwerror.CodeInvalidAPIKey {
+					t.Fatalf("got %d %s %s, want 401 authentication_error invalid_api_key", gerr.Status, gerr.Type, gerr.Code)
+				}
+				if !strings.Contains(gerr.Message, tt.wantMsg) {
+					t.Fatalf("message %q does not contain %q", gerr.Message, tt.wantMsg)
+				}
+				if strings.Contains(gerr.Message, "sk-sluice") || strings.Contains(gerr.Message, "bad") {
+					t.Fatalf("message echoes the key: %q", gerr.Message)
+				}
+				if gerr.Policy != apikeyauth.Name {
+					t.Fatalf("policy = %q", gerr.Policy)
+				}
+				if call.Shared.Auth.Authenticated || call.Shared.ApplicationID() != "" {
+					t.Fatalf("auth state written on failure: %+v %v", call.Shared.Auth, call.Shared.Metadata)
+				}
+			} else {
+				if gerr != nil {
+					t.Fatalf("rejected: %v", gerr)
+				}
+				sh := call.Shared
+				if got := sh.Metadata[sharedctx.KeyApplicationID]; got != tt.wantApp {
+					t.Fatalf("metadata app = %v, want %s", got, tt.wantApp)
+				}
+				if !sh.Auth.Authenticated || sh.Auth.ApplicationID != tt.wantApp || sh.Auth.Method != "api-key" || sh.Auth.CredentialID == "" {
+					t.Fatalf("auth = %+v", sh.Auth)
+				}
+				if sh.Analytics["application_id"] != tt.wantApp {
+					t.Fatalf("analytics = %v", sh.Analytics)
+				}
+			}
+			for _, h := range tt.goneHeaders {
+				if _, ok := call.Request.Header[h]; ok {
+					t.Errorf("header %s still present upstream", h)
+				}
+			}
+			for _, h := range tt.keptHeaders {
+				if _, ok := call.Request.Header[h]; !ok {
+					t.Errorf("header %s was removed", h)
+				}
+			}
+			for _, q := range tt.goneQuery {
+				if call.Request.Query.Has(q) {
+					t.Errorf("query param %s still present upstream", q)
+				}
+			}
+		})
+	}
+}
+
+func TestQueryParamOtherParamsKept(t *testing.T) {
+	ch := buildChain(t, map[string]any{"queryParam": "api_key"})
+	call := newCall(nil, url.Values{"api_key": {goodKey}, "api-version": {"2024"}})
+	if gerr := ch.Start(call).Request(); gerr != nil {
+		t.Fatal(gerr)
+	}
+	if call.Request.Query.Get("api-version") != "2024" || call.Request.Query.Has("api_key") {
+		t.Fatalf("query = %v", call.Request.Query)
+	}
+}
+
+func TestCredentialIDIsKeyID(t *testing.T) {
+	ch := buildChain(t, nil)
+	call := newCall(http.Header{"Authorization": {"Bearer other-key"}}, nil)
+	if gerr := ch.Start(call).Request(); gerr != nil {
+		t.Fatal(gerr)
+	}
+	if call.Shared.Auth.CredentialID != "k2" {
+		t.Fatalf("credential id = %q, want k2", call.Shared.Auth.CredentialID)
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	reg := policies.NewRegistry(apikeyauth.Definition())
+	spec := func(params map[string]any) []policies.EntrySpec {
+		return []policies.EntrySpec{{Name: apikeyauth.Name, Params: params}}
+	}
+	tests := []struct {
+		name   string
+		params map[string]any
+		svc    *policies.Services
+		want   string
+	}{
+		{name: "nil key index", svc: &policies.Services{}, want: "Services.Keys"},
+		{name: "unknown param", params: map[string]any{"headr": "x"}, svc: &policies.Services{Keys: testIndex()}, want: "headr"},
+		{name: "empty header", params: map[string]any{"header": ""}, svc: &policies.Services{Keys: testIndex()}, want: "header"},
+		{name: "bad header name", params: map[string]any{"header": "x key"}, svc: &policies.Services{Keys: testIndex()}, want: "header"},
+		{name: "bad alternate", params: map[string]any{"alternateHeaders": []any{"ok", "a:b"}}, svc: &policies.Services{Keys: testIndex()}, want: "alternateHeaders.1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := reg.BuildChain(policies.RouteInfo{RouteName: "r"}, spec(tt.params), tt.svc, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want mention of %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDeclaresApplicationIDWrite(t *testing.T) {
+	d := apikeyauth.Definition()
+	if len(d.Writes) != 1 || d.Writes[0].Key != sharedctx.KeyApplicationID || d.Writes[0].Phase != policies.PhaseRequest {
+		t.Fatalf("writes = %+v", d.Writes)
+	}
+}
