@@ -1,0 +1,352 @@
+package llmapi
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+
+	"sluice/sse"
+)
+
+// ErrNotJSON is returned by UsageFromBody for a body that is not valid JSON.
+var ErrNotJSON = errors.New("llmapi: response body is not valid JSON")
+
+// view returns b as a string without copying. Results derived from it must not
+// outlive b; the extractors below keep only integers.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// count reads a token count; anything missing, non-numeric or negative is 0 (an
+// upstream must not be able to refund tokens by reporting a negative count).
+func count(r gjson.Result) int64 {
+	if r.Type != gjson.Number {
+		return 0
+	}
+	if v := r.Int(); v > 0 {
+		return v
+	}
+	return 0
+}
+
+// usageFields fills u from a usage object in ep's shape. It reports false when
+// obj is not an object or carries none of the shape's counters (then the usage
+// counts as absent).
+func usageFields(ep Endpoint, obj gjson.Result, u *Usage) bool {
+	if !obj.IsObject() {
+		return false
+	}
+	var found bool
+	obj.ForEach(func(k, v gjson.Result) bool {
+		switch ep {
+		case Responses:
+			switch k.Str {
+			case "input_tokens":
+				u.PromptTokens, found = count(v), true
+			case "output_tokens":
+				u.CompletionTokens, found = count(v), true
+			case "total_tokens":
+				u.TotalTokens, found = count(v), true
+			case "input_tokens_details":
+				u.CachedPromptTokens = count(v.Get("cached_tokens"))
+			case "output_tokens_details":
+				u.ReasoningTokens = count(v.Get("reasoning_tokens"))
+			}
+		case Messages:
+			switch k.Str {
+			case "input_tokens":
+				u.PromptTokens, found = count(v), true
+			case "cache_read_input_tokens":
+				u.CachedPromptTokens, found = count(v), true
+			case "cache_creation_input_tokens":
+				u.CacheWriteTokens, found = count(v), true
+			case "output_tokens":
+				u.CompletionTokens, found = count(v), true
+			}
+		default: // chat.completions, completions, embeddings
+			switch k.Str {
+			case "prompt_tokens":
+				u.PromptTokens, found = count(v), true
+			case "completion_tokens":
+				u.CompletionTokens, found = count(v), true
+			case "total_tokens":
+				u.TotalTokens, found = count(v), true
+			case "prompt_tokens_details":
+				u.CachedPromptTokens = count(v.Get("cached_tokens"))
+			case "completion_tokens_details":
+				u.ReasoningTokens = count(v.Get("reasoning_tokens"))
+			}
+		}
+		return true
+	})
+	return found
+}
+
+// finalize derives the totals that a shape leaves implicit. For Anthropic,
+// PromptTokens becomes input + cache read + cache write (Anthropic reports the
+// three disjointly).
+func finalize(ep Endpoint, u *Usage, anthropicInput int64) {
+	if ep == Messages {
+		u.PromptTokens = anthropicInput + u.CachedPromptTokens + u.CacheWriteTokens
+	}
+	if sum := u.PromptTokens + u.CompletionTokens; u.TotalTokens < sum {
+		u.TotalTokens = sum
+	}
+}
+
+// finishReason reports whether v (a finish_reason / stop_reason value) marks a
+// finished choice: a non-empty string.
+func finishReason(v gjson.Result) bool { return v.Type == gjson.String && v.Str != "" }
+
+// UsageFromBody extracts the usage of a non-streaming response body of endpoint ep
+// for a request that asked for n choices. It returns (nil, nil) when the body has
+// no usage object, and an error only when body is not JSON. The returned Usage is
+// Authoritative, with ExpectedChoices = n and FinishedChoices counted from the
+// body: choices with a finish_reason (chat, completions), 1 for a responses body
+// whose status is completed or incomplete, 1 for an Anthropic message with a
+// stop_reason, and n for embeddings (they have no choices and are always whole).
+func UsageFromBody(ep Endpoint, body []byte, n int) (*Usage, error) {
+	if !gjson.ValidBytes(body) {
+		return nil, ErrNotJSON
+	}
+	root := gjson.Parse(view(body))
+	if !root.IsObject() {
+		return nil, nil
+	}
+	u := &Usage{Authoritative: true, ExpectedChoices: n}
+	if !usageFields(ep, root.Get("usage"), u) {
+		return nil, nil
+	}
+	finalize(ep, u, u.PromptTokens)
+	switch ep {
+	case Embeddings:
+		u.CompletionTokens, u.ReasoningTokens = 0, 0
+		u.TotalTokens = u.PromptTokens
+		u.FinishedChoices = n
+	case Responses:
+		if s := root.Get("status").Str; s == "completed" || s == "incomplete" {
+			u.FinishedChoices = 1
+		}
+	case Messages:
+		if finishReason(root.Get("stop_reason")) {
+			u.FinishedChoices = 1
+		}
+	default:
+		root.Get("choices").ForEach(func(_, c gjson.Result) bool {
+			if finishReason(c.Get("finish_reason")) {
+				u.FinishedChoices++
+			}
+			return true
+		})
+	}
+	return u, nil
+}
+
+// maxTrackedIndex bounds the choice indexes a StreamTracker remembers, so a hostile
+// stream cannot make it allocate without limit. n is at most 128 and a batched
+// completions prompt multiplies it; indexes beyond the bound are ignored.
+const maxTrackedIndex = 1 << 16
+
+// StreamTracker follows an SSE response stream of one endpoint and accumulates its
+// usage and finished choices. Feed it every event in order; it never panics and
+// keeps no reference to the events. Not safe for concurrent use.
+type StreamTracker struct {
+	ep Endpoint
+	n  int
+
+	usage          Usage
+	anthropicInput int64
+	sawUsage       bool // any usage numbers seen
+	authoritative  bool // the final usage report seen
+	finished       []uint64
+	finishedCount  int
+}
+
+// NewStreamTracker returns a tracker for a stream of endpoint ep that asked for n choices.
+func NewStreamTracker(ep Endpoint, n int) *StreamTracker {
+	return &StreamTracker{ep: ep, n: n}
+}
+
+func (t *StreamTracker) finish(idx int64) {
+	if idx < 0 || idx >= maxTrackedIndex {
+		return
+	}
+	w := int(idx / 64)
+	if w >= len(t.finished) {
+		t.finished = append(t.finished, make([]uint64, w+1-len(t.finished))...)
+	}
+	bit := uint64(1) << (idx % 64)
+	if t.finished[w]&bit == 0 {
+		t.finished[w] |= bit
+		t.finishedCount++
+	}
+}
+
+// Observe inspects one event. It reports usageOnly = true for an OpenAI chunk that
+// carries usage and an empty choices array (the include_usage chunk), which the
+// gateway may hide from a client that did not ask for it.
+//
+// Shapes: OpenAI chat/completions chunks (a choice with a finish_reason finishes
+// its index; a non-null usage replaces the usage so far and is authoritative);
+// responses events (response.completed or response.incomplete carry
+// response.usage, authoritative, and finish the one choice); Anthropic events
+// (message_start.message.usage gives the input and cache counts, not yet
+// authoritative; message_delta.usage gives the cumulative output count and makes
+// the usage authoritative; a message_delta stop_reason finishes the choice).
+func (t *StreamTracker) Observe(ev *sse.Event) (usageOnly bool) {
+	if ev == nil || len(ev.Data) == 0 || ev.Done() {
+		return false
+	}
+	root := gjson.Parse(view(ev.Data))
+	if !root.IsObject() {
+		return false
+	}
+	switch t.ep {
+	case Messages:
+		t.observeAnthropic(ev, root)
+	case Responses:
+		t.observeResponses(ev, root)
+	default:
+		return t.observeOpenAI(root)
+	}
+	return false
+}
+
+func (t *StreamTracker) observeOpenAI(root gjson.Result) bool {
+	var (
+		hasUsage     bool
+		emptyChoices bool
+	)
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "choices":
+			if !v.IsArray() {
+				return true
+			}
+			emptyChoices = true
+			v.ForEach(func(_, c gjson.Result) bool {
+				emptyChoices = false
+				if !c.IsObject() {
+					return true
+				}
+				var idx int64
+				var done bool
+				c.ForEach(func(ck, cv gjson.Result) bool {
+					switch ck.Str {
+					case "index":
+						if cv.Type == gjson.Number {
+							idx = cv.Int()
+						} else {
+							idx = -1
+						}
+					case "finish_reason":
+						done = finishReason(cv)
+					}
+					return true
+				})
+				if done {
+					t.finish(idx)
+				}
+				return true
+			})
+		case "usage":
+			var u Usage
+			if usageFields(t.ep, v, &u) {
+				finalize(t.ep, &u, u.PromptTokens)
+				t.usage, t.sawUsage, t.authoritative, hasUsage = u, true, true, true
+			}
+		}
+		return true
+	})
+	return hasUsage && emptyChoices
+}
+
+func eventType(ev *sse.Event, root gjson.Result) string {
+	if typ := root.Get("type"); typ.Type == gjson.String {
+		return typ.Str
+	}
+	return ev.Event
+}
+
+func (t *StreamTracker) observeResponses(ev *sse.Event, root gjson.Result) {
+	switch eventType(ev, root) {
+	case "response.completed", "response.incomplete":
+		t.finish(0)
+		var u Usage
+		if usageFields(Responses, root.Get("response.usage"), &u) {
+			finalize(Responses, &u, u.PromptTokens)
+			t.usage, t.sawUsage, t.authoritative = u, true, true
+		}
+	case "response.failed":
+		// A failed response may still report usage; it is billed but unfinished.
+		var u Usage
+		if usageFields(Responses, root.Get("response.usage"), &u) {
+			finalize(Responses, &u, u.PromptTokens)
+			t.usage, t.sawUsage, t.authoritative = u, true, true
+		}
+	}
+}
+
+func (t *StreamTracker) observeAnthropic(ev *sse.Event, root gjson.Result) {
+	switch eventType(ev, root) {
+	case "message_start":
+		var u Usage
+		if usageFields(Messages, root.Get("message.usage"), &u) {
+			t.anthropicInput = u.PromptTokens
+			t.usage.CachedPromptTokens, t.usage.CacheWriteTokens = u.CachedPromptTokens, u.CacheWriteTokens
+			t.usage.CompletionTokens = u.CompletionTokens
+			finalize(Messages, &t.usage, t.anthropicInput)
+			t.sawUsage = true
+		}
+	case "message_delta":
+		if finishReason(root.Get("delta.stop_reason")) {
+			t.finish(0)
+		}
+		usage := root.Get("usage")
+		if !usage.IsObject() {
+			return
+		}
+		// message_delta counts are cumulative; input and cache fields, when a
+		// newer API version repeats them here, replace the message_start ones.
+		usage.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "output_tokens":
+				t.usage.CompletionTokens, t.authoritative = count(v), true
+			case "input_tokens":
+				if v.Type == gjson.Number {
+					t.anthropicInput = count(v)
+				}
+			case "cache_read_input_tokens":
+				if v.Type == gjson.Number {
+					t.usage.CachedPromptTokens = count(v)
+				}
+			case "cache_creation_input_tokens":
+				if v.Type == gjson.Number {
+					t.usage.CacheWriteTokens = count(v)
+				}
+			}
+			return true
+		})
+		t.usage.TotalTokens = 0
+		finalize(Messages, &t.usage, t.anthropicInput)
+		t.sawUsage = true
+	}
+}
+
+// Usage returns nil when the stream reported no usage at all. Otherwise it returns
+// a copy of the usage so far, Authoritative only once the final report arrived
+// (the OpenAI usage chunk, response.completed, Anthropic message_delta), with
+// ExpectedChoices = n and FinishedChoices the number of distinct finished indexes.
+// Settle only when Complete() is true.
+func (t *StreamTracker) Usage() *Usage {
+	if !t.sawUsage {
+		return nil
+	}
+	u := t.usage
+	u.Authoritative = t.authoritative
+	u.ExpectedChoices = t.n
+	u.FinishedChoices = t.finishedCount
+	return &u
+}
+
+// FinishedChoices reports how many distinct choices have finished so far.
+func (t *StreamTracker) FinishedChoices() int { return t.finishedCount }
