@@ -112,7 +112,7 @@ func TestStreamTracker(t *testing.T) {
 			"response.completed\t"+`{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":9,"output_tokens":2,"total_tokens":11,"input_tokens_details":{"cached_tokens":1}}}}`),
 			&Usage{PromptTokens: 9, CompletionTokens: 2, TotalTokens: 11, CachedPromptTokens: 1, Authoritative: true, ExpectedChoices: 1, FinishedChoices: 1}, 0, true},
 		{"responses cut", Responses, 1, stream(
-			"response.created\t"+`{"type":"response.created","response":{"usage":null}}`), nil, 0, false},
+			"response.created\t" + `{"type":"response.created","response":{"usage":null}}`), nil, 0, false},
 		{"anthropic", Messages, 1, stream(
 			"message_start\t"+`{"type":"message_start","message":{"usage":{"input_tokens":4,"cache_read_input_tokens":10,"cache_creation_input_tokens":6,"output_tokens":1}}}`,
 			"content_block_start\t"+`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
