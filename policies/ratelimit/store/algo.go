@@ -1,0 +1,235 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// This file is the counter arithmetic of the three algorithms, on plain
+// values. memstore calls it; redisstore's Lua scripts mirror it operation for
+// operation (all levels are float64, as Lua numbers are doubles, so that both
+// round identically). Times are Unix microseconds unless a name says otherwise;
+// window starts are Unix seconds.
+
+// ErrInvalidLimit is wrapped by errors about malformed debits (a wiring bug,
+// not a store failure: it is never ErrUnavailable).
+var ErrInvalidLimit = errors.New("invalid counter limit")
+
+// Validate reports whether l can be evaluated: Max > 0; a bucket's Period is
+// at least 1µs; a fixed window's Period is a whole number of seconds >= 1s.
+func (l Limit) Validate() error {
+	if l.Max <= 0 {
+		return fmt.Errorf("%w: max %d must be > 0", ErrInvalidLimit, l.Max)
+	}
+	switch l.Algorithm {
+	case TokenBucket:
+		if l.Period < time.Microsecond {
+			return fmt.Errorf("%w: token bucket period %v must be >= 1µs", ErrInvalidLimit, l.Period)
+		}
+	case FixedWindow:
+		if l.Period < time.Second || l.Period%time.Second != 0 {
+			return fmt.Errorf("%w: fixed window period %v must be whole seconds >= 1s", ErrInvalidLimit, l.Period)
+		}
+	case CalendarMonth:
+	default:
+		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, l.Algorithm)
+	}
+	return nil
+}
+
+// ValidateDebit checks d's limit and that its Amount is not negative.
+func ValidateDebit(d *Debit) error {
+	if d.Amount < 0 {
+		return fmt.Errorf("%w: key %q: negative amount %d", ErrInvalidLimit, d.Key, d.Amount)
+	}
+	if err := d.Limit.Validate(); err != nil {
+		return fmt.Errorf("key %q: %w", d.Key, err)
+	}
+	return nil
+}
+
+// Micros converts a Duration to whole microseconds (truncating).
+func Micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// FromMicros converts microseconds to a Duration.
+func FromMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// WindowStart returns the window containing now for a windowed algorithm:
+// FixedWindow windows of length period aligned to the Unix epoch (so whole
+// days start at 00:00 UTC); CalendarMonth from 00:00 UTC on the 1st to the
+// 1st of the next month. Both are in UTC. TokenBucket has no window: zero
+// times. Start is truncated to whole seconds, as in Ticket.Window.
+func WindowStart(alg Algorithm, period time.Duration, now time.Time) (start, end time.Time) {
+	switch alg {
+	case FixedWindow, CalendarMonth:
+		s, e := WindowBounds(alg, period, now.UnixMicro())
+		return time.Unix(s, 0).UTC(), time.UnixMicro(e).UTC()
+	}
+	return time.Time{}, time.Time{}
+}
+
+// WindowBounds returns the start (Unix seconds) and end (Unix µs) of the
+// window containing nowUS. period must satisfy Limit.Validate.
+func WindowBounds(alg Algorithm, period time.Duration, nowUS int64) (startS, endUS int64) {
+	nowS := floorDiv(nowUS, 1_000_000)
+	if alg == CalendarMonth {
+		t := time.Unix(nowS, 0).UTC()
+		first := time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+		next := first.AddDate(0, 1, 0)
+		return first.Unix(), next.Unix() * 1_000_000
+	}
+	periodS := int64(period / time.Second)
+	startS = floorDiv(nowS, periodS) * periodS
+	return startS, (startS + periodS) * 1_000_000
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// State is one counter's stored state. For TokenBucket, Level is the level
+// in units and Stamp the µs of its last update. For windows, Stamp is the
+// window start (Unix seconds) and Used the units charged in it.
+type State struct {
+	Level float64
+	Stamp int64
+	Used  int64
+}
+
+// Absent is the state equivalent to no stored state at nowUS: a full bucket,
+// or an empty current window.
+func Absent(l Limit, nowUS int64) State {
+	if l.Algorithm == TokenBucket {
+		return State{Level: float64(l.Max), Stamp: nowUS}
+	}
+	ws, _ := WindowBounds(l.Algorithm, l.Period, nowUS)
+	return State{Stamp: ws}
+}
+
+// Advance brings a stored state to nowUS. A bucket refills:
+// level = min(Max, level + (now - ts) * Max / period_us), ts = now. A clock
+// that went backwards refills nothing and keeps the later ts (with a monotonic
+// clock this is exactly the formula above). A window whose start is not the
+// current window's counts as an empty current window.
+func (s State) Advance(l Limit, nowUS int64) State {
+	if l.Algorithm == TokenBucket {
+		if nowUS <= s.Stamp {
+			return State{Level: math.Min(float64(l.Max), s.Level), Stamp: s.Stamp}
+		}
+		lvl := s.Level + float64(nowUS-s.Stamp)*float64(l.Max)/float64(Micros(l.Period))
+		return State{Level: math.Min(float64(l.Max), lvl), Stamp: nowUS}
+	}
+	ws, _ := WindowBounds(l.Algorithm, l.Period, nowUS)
+	if s.Stamp != ws {
+		return State{Stamp: ws}
+	}
+	return s
+}
+
+// Affords reports whether an advanced state can be charged amount:
+// level >= amount (bucket), used + amount <= Max (window).
+func (s State) Affords(l Limit, amount int64) bool {
+	if l.Algorithm == TokenBucket {
+		return s.Level >= float64(amount)
+	}
+	return s.Used+amount <= l.Max
+}
+
+// Charge returns the advanced state s charged amount (unconditionally).
+func (s State) Charge(l Limit, amount int64) State {
+	if l.Algorithm == TokenBucket {
+		s.Level -= float64(amount)
+	} else {
+		s.Used += amount
+	}
+	return s
+}
+
+// Denial returns, for an advanced state that cannot afford amount, how long
+// until it could (bucket: ceil((amount - level) * period_us / Max) µs;
+// window: until the window ends), or never when amount > Max (retry 0).
+func (s State) Denial(l Limit, amount, nowUS int64) (retry time.Duration, never bool) {
+	if amount > l.Max {
+		return 0, true
+	}
+	if l.Algorithm == TokenBucket {
+		us := math.Ceil((float64(amount) - s.Level) * float64(Micros(l.Period)) / float64(l.Max))
+		return FromMicros(int64(us)), false
+	}
+	_, end := WindowBounds(l.Algorithm, l.Period, nowUS)
+	return FromMicros(end - nowUS), false
+}
+
+// Remaining is floor(level) for a bucket, Max - used for a window; negative
+// in debt.
+func (s State) Remaining(l Limit) int64 {
+	if l.Algorithm == TokenBucket {
+		return int64(math.Floor(s.Level))
+	}
+	return l.Max - s.Used
+}
+
+// ResetAfter is, for an advanced state, the time until a bucket is full:
+// (Max - level) * period_us / Max, rounded up to whole µs (0 when full); or
+// until the window ends.
+func (s State) ResetAfter(l Limit, nowUS int64) time.Duration {
+	if l.Algorithm == TokenBucket {
+		return FromMicros(s.fullInUS(l))
+	}
+	_, end := WindowBounds(l.Algorithm, l.Period, nowUS)
+	return FromMicros(end - nowUS)
+}
+
+func (s State) fullInUS(l Limit) int64 {
+	max := float64(l.Max)
+	if s.Level >= max {
+		return 0
+	}
+	return int64(math.Ceil((max - s.Level) * float64(Micros(l.Period)) / max))
+}
+
+// AdjustBucket applies a settlement delta to an advanced bucket state:
+// level -= delta, then level = min(level, Max). Refunds never exceed the
+// capacity; debt may go below zero.
+func (s State) AdjustBucket(l Limit, delta int64) State {
+	s.Level = math.Min(s.Level-float64(delta), float64(l.Max))
+	return s
+}
+
+// AdjustWindow applies a settlement delta to a stored (not advanced) window
+// state if it is the window the reservation charged: used = max(0, used +
+// delta). applied is false (s unchanged) when stored start != window.
+func (s State) AdjustWindow(window, delta int64) (_ State, applied bool) {
+	if s.Stamp != window {
+		return s, false
+	}
+	s.Used = max(0, s.Used+delta)
+	return s, true
+}
+
+// ExpiresAt is the µs from which a stored state is equivalent to absent
+// under l: when a bucket has refilled to Max (Stamp + ceil time to full), or
+// when the window ends. Stores may drop the state from then on (redisstore
+// adds a 1 s margin to its TTLs).
+func (s State) ExpiresAt(l Limit) int64 {
+	if l.Algorithm == TokenBucket {
+		return s.Stamp + s.fullInUS(l)
+	}
+	if l.Algorithm == CalendarMonth {
+		_, end := WindowBounds(l.Algorithm, l.Period, s.Stamp*1_000_000)
+		return end
+	}
+	return (s.Stamp + int64(l.Period/time.Second)) * 1_000_000
+}
+
+// IsAbsent reports whether an advanced state is equivalent to no state: a
+// full bucket (a window's state is equivalent to absent only once it ends).
+func (s State) IsAbsent(l Limit) bool {
+	return l.Algorithm == TokenBucket && s.Level >= float64(l.Max)
+}

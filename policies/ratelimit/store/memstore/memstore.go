@@ -1,0 +1,364 @@
+// Package memstore is the in-process counter store: sharded maps of counters
+// behind mutexes, using the arithmetic of package store.
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"sluice/policies/ratelimit/store"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Now is the clock (nil: time.Now). Counter arithmetic follows it exactly.
+	Now func() time.Time
+	// Shards is the number of lock shards, rounded up to a power of two
+	// (0: 64).
+	Shards int
+	// SweepEvery is the period of the background sweep that evicts counters
+	// equivalent to absent (0: one minute; negative: no background sweep,
+	// call Sweep).
+	SweepEvery time.Duration
+}
+
+const (
+	defaultShards = 64
+	defaultSweep  = time.Minute
+	// inline is how many debits per call are handled without heap scratch.
+	inline = 8
+	// shrinkMin: a shard map that once held this many entries is rebuilt when
+	// the sweep leaves it a quarter full (Go maps never give memory back).
+	shrinkMin = 1024
+)
+
+// Store implements store.Store in memory. Safe for concurrent use.
+type Store struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	mask   uint64
+	shards []shard
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	sweeps    atomic.Uint64
+}
+
+// shard owns the counters whose key hashes to it. Padded to a cache line so
+// neighbouring shard locks do not share one.
+type shard struct {
+	mu   sync.Mutex
+	m    map[string]*counter
+	peak int
+	_    [40]byte
+}
+
+// counter is one stored state. exp is the µs from which the state is
+// equivalent to absent under the limit it was last written with.
+type counter struct {
+	st  store.State
+	exp int64
+	alg store.Algorithm
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a Store and, unless disabled, starts its sweep goroutine
+// (stopped by Close).
+func New(o Options) *Store {
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	n := o.Shards
+	if n <= 0 {
+		n = defaultShards
+	}
+	n = 1 << bits.Len(uint(n-1))
+	s := &Store{now: now, seed: maphash.MakeSeed(), mask: uint64(n - 1), shards: make([]shard, n)}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*counter)
+	}
+	every := o.SweepEvery
+	if every == 0 {
+		every = defaultSweep
+	}
+	if every > 0 {
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.sweepLoop(every)
+	}
+	return s
+}
+
+// slot is the per-debit scratch of one Reserve or Peek.
+type slot struct {
+	sh    *shard
+	c     *counter // stored counter of this key (nil: absent)
+	base  store.State
+	cur   store.State // before this debit's charge (after earlier same-key debits)
+	after store.State
+	dup   int  // index of the previous debit with the same key, or -1
+	last  bool // no later debit has the same key
+}
+
+// Reserve implements store.Store.
+func (s *Store) Reserve(_ context.Context, debits []store.Debit, res *store.Result) error {
+	return s.eval(debits, res, true)
+}
+
+// Peek implements store.Store.
+func (s *Store) Peek(_ context.Context, debits []store.Debit, res *store.Result) error {
+	return s.eval(debits, res, false)
+}
+
+func (s *Store) eval(debits []store.Debit, res *store.Result, charge bool) error {
+	n := len(debits)
+	res.Reset(n)
+	for i := range debits {
+		if err := store.ValidateDebit(&debits[i]); err != nil {
+			return err
+		}
+	}
+	var buf [inline]slot
+	var slots []slot
+	if n <= inline {
+		slots = buf[:n]
+	} else {
+		slots = make([]slot, n)
+	}
+	var ls lockSet
+	for i := range debits {
+		sl := &slots[i]
+		idx := s.index(debits[i].Key)
+		sl.sh = &s.shards[idx]
+		sl.dup, sl.last = -1, true
+		for j := i - 1; j >= 0; j-- {
+			if debits[j].Key == debits[i].Key {
+				sl.dup = j
+				slots[j].last = false
+				break
+			}
+		}
+		ls.add(idx)
+	}
+	ls.lock(s)
+	defer ls.unlock(s)
+	// Read the clock under the locks so that operations on one counter see
+	// non-decreasing times in lock order.
+	now := s.now().UnixMicro()
+
+	res.Allowed = true
+	for i := range debits {
+		d, sl := &debits[i], &slots[i]
+		l := &d.Limit
+		if sl.dup >= 0 {
+			p := &slots[sl.dup]
+			sl.c, sl.base, sl.cur = p.c, p.base, p.after
+		} else {
+			if c := sl.sh.m[d.Key]; c != nil && c.alg == l.Algorithm {
+				sl.c, sl.cur = c, c.st.Advance(*l, now)
+			} else {
+				sl.c, sl.cur = c, store.Absent(*l, now)
+			}
+			sl.base = sl.cur
+		}
+		if res.Allowed && !sl.cur.Affords(*l, d.Amount) {
+			res.Allowed, res.Denied = false, i
+			res.RetryAfter, res.Never = sl.cur.Denial(*l, d.Amount, now)
+		}
+		sl.after = sl.cur.Charge(*l, d.Amount)
+	}
+
+	for i := range debits {
+		d, sl := &debits[i], &slots[i]
+		l := &d.Limit
+		st := sl.base
+		if res.Allowed && charge {
+			st = sl.after
+		}
+		res.Remaining[i] = st.Remaining(*l)
+		res.ResetAfter[i] = st.ResetAfter(*l, now)
+		if l.Algorithm != store.TokenBucket {
+			res.Ticket.Window[i] = st.Stamp
+		}
+		if res.Allowed && charge && sl.last {
+			sl.sh.put(d.Key, sl.c, st, *l)
+		}
+	}
+	return nil
+}
+
+// put stores st for key (c: the counter already stored, or nil). A state
+// equivalent to absent is deleted rather than stored.
+func (sh *shard) put(key string, c *counter, st store.State, l store.Limit) {
+	if st.IsAbsent(l) {
+		if c != nil {
+			delete(sh.m, key)
+		}
+		return
+	}
+	if c != nil {
+		*c = counter{st: st, exp: st.ExpiresAt(l), alg: l.Algorithm}
+		return
+	}
+	// Clone: the key may share memory with a larger caller string.
+	sh.m[strings.Clone(key)] = &counter{st: st, exp: st.ExpiresAt(l), alg: l.Algorithm}
+	if len(sh.m) > sh.peak {
+		sh.peak = len(sh.m)
+	}
+}
+
+// Adjust implements store.Store. Debits are applied in order; a bucket with
+// no state is adjusted from full.
+func (s *Store) Adjust(_ context.Context, debits []store.Debit, t *store.Ticket, deltas []int64) error {
+	n := len(debits)
+	if t == nil || len(t.Window) != n || len(deltas) != n {
+		return fmt.Errorf("%w: adjust of %d debits with %d deltas", store.ErrInvalidLimit, n, len(deltas))
+	}
+	var ls lockSet
+	var ibuf [inline]uint32
+	idxs := ibuf[:0]
+	for i := range debits {
+		if err := debits[i].Limit.Validate(); err != nil {
+			return fmt.Errorf("key %q: %w", debits[i].Key, err)
+		}
+		idx := s.index(debits[i].Key)
+		idxs = append(idxs, idx)
+		ls.add(idx)
+	}
+	ls.lock(s)
+	defer ls.unlock(s)
+	now := s.now().UnixMicro()
+	for i := range debits {
+		d := &debits[i]
+		l := d.Limit
+		sh := &s.shards[idxs[i]]
+		c := sh.m[d.Key]
+		if l.Algorithm == store.TokenBucket {
+			st := store.Absent(l, now)
+			if c != nil && c.alg == l.Algorithm {
+				st = c.st.Advance(l, now)
+			}
+			sh.put(d.Key, c, st.AdjustBucket(l, deltas[i]), l)
+			continue
+		}
+		if c == nil || c.alg != l.Algorithm {
+			continue // window ended and evicted, or never charged
+		}
+		if st, ok := c.st.AdjustWindow(t.Window[i], deltas[i]); ok {
+			c.st = st
+		}
+	}
+	return nil
+}
+
+// Close stops the sweep goroutine and waits for it to exit. The store stays
+// usable. Idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if s.stop != nil {
+			close(s.stop)
+			<-s.done
+		}
+	})
+	return nil
+}
+
+func (s *Store) sweepLoop(every time.Duration) {
+	defer close(s.done)
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tk.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Sweep evicts every counter equivalent to absent at the current time and
+// returns how many it evicted. It locks one shard at a time.
+func (s *Store) Sweep() int {
+	evicted := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		now := s.now().UnixMicro()
+		for k, c := range sh.m {
+			if c.exp <= now {
+				delete(sh.m, k)
+				evicted++
+			}
+		}
+		if sh.peak >= shrinkMin && len(sh.m) <= sh.peak/4 {
+			m := make(map[string]*counter, len(sh.m))
+			for k, c := range sh.m {
+				m[k] = c
+			}
+			sh.m, sh.peak = m, len(m)
+		}
+		sh.mu.Unlock()
+	}
+	s.sweeps.Add(1)
+	return evicted
+}
+
+// Len returns the number of stored counters.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (s *Store) index(key string) uint32 {
+	return uint32(maphash.String(s.seed, key) & s.mask)
+}
+
+// lockSet is the sorted set of distinct shard indices one call locks. Locking
+// in ascending index order makes concurrent multi-shard calls deadlock-free.
+type lockSet struct {
+	buf [inline]uint32
+	idx []uint32
+}
+
+func (ls *lockSet) add(i uint32) {
+	if ls.idx == nil {
+		ls.idx = ls.buf[:0]
+	}
+	pos := len(ls.idx)
+	for pos > 0 && ls.idx[pos-1] > i {
+		pos--
+	}
+	if pos > 0 && ls.idx[pos-1] == i {
+		return
+	}
+	ls.idx = append(ls.idx, 0)
+	copy(ls.idx[pos+1:], ls.idx[pos:])
+	ls.idx[pos] = i
+}
+
+func (ls *lockSet) lock(s *Store) {
+	for _, i := range ls.idx {
+		s.shards[i].mu.Lock()
+	}
+}
+
+func (ls *lockSet) unlock(s *Store) {
+	for j := len(ls.idx) - 1; j >= 0; j-- {
+		s.shards[ls.idx[j]].mu.Unlock()
+	}
+}

@@ -1,0 +1,721 @@
+// Package storetest is the conformance suite every store.Store implementation
+// must pass (memstore and redisstore run it unchanged).
+//
+// Each subtest builds a fresh store with newStore and a fake clock that the
+// suite sets and advances between calls. A store that follows the clock
+// exactly (memstore; a redis store that passes the time to its scripts)
+// declares Caps{FrozenClock: true} and gets exact assertions on refill
+// arithmetic. A store whose time also moves on its own (e.g. Redis TIME plus
+// the fake clock's offset) declares FrozenClock false: the same scenarios run,
+// and time-sensitive figures are asserted as bounds (a few ms of drift is
+// tolerated; scenarios keep far from window edges). Keys are unique per Run,
+// so a shared Redis database can be reused across runs.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sluice/policies/ratelimit/store"
+)
+
+// Caps describes what a store under test guarantees beyond the contract.
+type Caps struct {
+	// FrozenClock: the store's time is exactly the injected clock, so refill
+	// arithmetic is asserted exactly; otherwise as bounds.
+	FrozenClock bool
+}
+
+// NewStore builds the store under test reading time from now. The suite
+// closes it at the end of the subtest.
+type NewStore func(t *testing.T, now func() time.Time) store.Store
+
+// drift is how far a non-frozen store's time may run ahead of the fake clock
+// during one subtest.
+const drift = 2 * time.Second
+
+// Start is where the fake clock starts: mid-minute, mid-hour, mid-day, so a
+// drifting store stays inside the windows the scenarios use.
+var start = time.Date(2025, time.March, 14, 12, 30, 30, 500_000_000, time.UTC)
+
+// Clock is the fake clock handed to stores. Safe for concurrent use.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock reading at.
+func NewClock(at time.Time) *Clock { return &Clock{now: at} }
+
+// Now reads the clock.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Set moves the clock to at.
+func (c *Clock) Set(at time.Time) {
+	c.mu.Lock()
+	c.now = at
+	c.mu.Unlock()
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+var runSeq atomic.Uint64
+
+// Run runs the suite. caps defaults to Caps{} (bounds only).
+func Run(t *testing.T, newStore NewStore, caps ...Caps) {
+	t.Helper()
+	var c Caps
+	if len(caps) > 0 {
+		c = caps[0]
+	}
+	prefix := fmt.Sprintf("st%x.%d", time.Now().UnixNano(), runSeq.Add(1))
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := NewClock(start)
+			s := newStore(t, clk.Now)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.run(&env{T: t, s: s, clk: clk, caps: c, scope: prefix + "." + t.Name()})
+		})
+	}
+}
+
+type env struct {
+	*testing.T
+	s     store.Store
+	clk   *Clock
+	caps  Caps
+	scope string
+}
+
+// key returns a counter key of this subtest, hash-tagged by scope.
+func (e *env) key(name string) string { return "{" + e.scope + "}:" + name }
+
+func (e *env) reserve(ds ...store.Debit) *store.Result {
+	e.Helper()
+	var r store.Result
+	if err := e.s.Reserve(context.Background(), ds, &r); err != nil {
+		e.Fatalf("Reserve: %v", err)
+	}
+	checkShape(e, &r, len(ds))
+	return &r
+}
+
+func (e *env) peek(ds ...store.Debit) *store.Result {
+	e.Helper()
+	var r store.Result
+	if err := e.s.Peek(context.Background(), ds, &r); err != nil {
+		e.Fatalf("Peek: %v", err)
+	}
+	checkShape(e, &r, len(ds))
+	return &r
+}
+
+func (e *env) adjust(ds []store.Debit, t *store.Ticket, deltas ...int64) {
+	e.Helper()
+	if err := e.s.Adjust(context.Background(), ds, t, deltas); err != nil {
+		e.Fatalf("Adjust: %v", err)
+	}
+}
+
+func checkShape(e *env, r *store.Result, n int) {
+	e.Helper()
+	if len(r.Remaining) != n || len(r.ResetAfter) != n || len(r.Ticket.Window) != n {
+		e.Fatalf("result slices sized %d/%d/%d, want %d", len(r.Remaining), len(r.ResetAfter), len(r.Ticket.Window), n)
+	}
+	if r.Allowed != (r.Denied == -1) {
+		e.Fatalf("Allowed=%v but Denied=%d", r.Allowed, r.Denied)
+	}
+	if r.Allowed && (r.RetryAfter != 0 || r.Never) {
+		e.Fatalf("allowed with RetryAfter=%v Never=%v", r.RetryAfter, r.Never)
+	}
+	if r.Never && r.RetryAfter != 0 {
+		e.Fatalf("Never with RetryAfter=%v", r.RetryAfter)
+	}
+}
+
+// remaining asserts r's Remaining[i]: exactly want when frozen, else within
+// [want, want+slack] (a drifting clock can only have refilled more).
+func (e *env) remaining(r *store.Result, i int, want, slack int64) {
+	e.Helper()
+	got := r.Remaining[i]
+	if e.caps.FrozenClock || slack == 0 {
+		if got != want {
+			e.Errorf("Remaining[%d] = %d, want %d", i, got, want)
+		}
+		return
+	}
+	if got < want || got > want+slack {
+		e.Errorf("Remaining[%d] = %d, want in [%d, %d]", i, got, want, want+slack)
+	}
+}
+
+// duration asserts got == want when frozen, else want-drift <= got <= want
+// (time left can only have shrunk).
+func (e *env) duration(what string, got, want time.Duration) {
+	e.Helper()
+	if e.caps.FrozenClock {
+		if got != want {
+			e.Errorf("%s = %v, want %v", what, got, want)
+		}
+		return
+	}
+	if got > want || got < want-drift {
+		e.Errorf("%s = %v, want in [%v, %v]", what, got, want-drift, want)
+	}
+}
+
+func (e *env) allowed(r *store.Result) {
+	e.Helper()
+	if !r.Allowed {
+		e.Fatalf("denied (Denied=%d RetryAfter=%v Never=%v), want allowed", r.Denied, r.RetryAfter, r.Never)
+	}
+}
+
+func (e *env) denied(r *store.Result, idx int, never bool) {
+	e.Helper()
+	if r.Allowed || r.Denied != idx || r.Never != never {
+		e.Fatalf("got Allowed=%v Denied=%d Never=%v, want denied at %d Never=%v", r.Allowed, r.Denied, r.Never, idx, never)
+	}
+	if !never && r.RetryAfter <= 0 {
+		e.Fatalf("finite denial with RetryAfter=%v", r.RetryAfter)
+	}
+}
+
+func bucket(max int64, period time.Duration) store.Limit {
+	return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: period}
+}
+
+func window(max int64, period time.Duration) store.Limit {
+	return store.Limit{Algorithm: store.FixedWindow, Max: max, Period: period}
+}
+
+func month(max int64) store.Limit {
+	return store.Limit{Algorithm: store.CalendarMonth, Max: max}
+}
+
+func debit(key string, l store.Limit, amount int64) store.Debit {
+	return store.Debit{Key: key, Limit: l, Amount: amount}
+}
+
+type testCase struct {
+	name string
+	run  func(e *env)
+}
+
+var cases = []testCase{
+	{"TokenBucket/Boundary", testBucketBoundary},
+	{"TokenBucket/RetryAfterCeil", testBucketRetryCeil},
+	{"TokenBucket/Never", testBucketNever},
+	{"TokenBucket/DebtRepaidByRefill", testBucketDebt},
+	{"TokenBucket/RefundCappedAtCapacity", testBucketRefundCap},
+	{"FixedWindow/Boundary", testWindowBoundary},
+	{"FixedWindow/Rollover", testWindowRollover},
+	{"FixedWindow/DebtAndRefund", testWindowDebt},
+	{"FixedWindow/AdjustEndedWindowIsNoop", testWindowAdjustEnded},
+	{"CalendarMonth/JanToFeb", testMonthJanFeb},
+	{"CalendarMonth/DecToJan", testMonthDecJan},
+	{"AllOrNothing", testAllOrNothing},
+	{"PeekDoesNotCharge", testPeek},
+	{"KeysIndependent", testKeysIndependent},
+	{"InvalidLimit", testInvalid},
+	{"Concurrent/FixedWindowNeverOverAdmits", testConcurrentWindow},
+	{"Concurrent/ReserveAdjustInvariant", testConcurrentAdjust},
+}
+
+func testBucketBoundary(e *env) {
+	l := bucket(10, 10*time.Second) // 1 unit/s
+	d := func(n int64) store.Debit { return debit(e.key("b"), l, n) }
+
+	r := e.reserve(d(10))
+	e.allowed(r)
+	e.remaining(r, 0, 0, 2)
+	e.duration("ResetAfter", r.ResetAfter[0], 10*time.Second)
+	if r.Ticket.Window[0] != 0 {
+		e.Errorf("bucket Ticket.Window = %d, want 0", r.Ticket.Window[0])
+	}
+
+	r = e.reserve(d(1))
+	e.denied(r, 0, false)
+	e.duration("RetryAfter", r.RetryAfter, time.Second)
+
+	e.clk.Advance(time.Second)
+	r = e.reserve(d(1))
+	e.allowed(r)
+	e.remaining(r, 0, 0, 2)
+	e.duration("ResetAfter", r.ResetAfter[0], 10*time.Second)
+
+	if e.caps.FrozenClock {
+		// Half a unit refilled: still denied, half a second to go. (Values
+		// chosen so that the float arithmetic is exact.)
+		e.clk.Advance(time.Second / 2)
+		r = e.reserve(d(1))
+		e.denied(r, 0, false)
+		e.duration("RetryAfter", r.RetryAfter, time.Second/2)
+		e.duration("ResetAfter", r.ResetAfter[0], 19*time.Second/2)
+		e.clk.Advance(time.Second/2 - time.Microsecond)
+		e.denied(e.reserve(d(1)), 0, false)
+		e.clk.Advance(time.Microsecond)
+		e.allowed(e.reserve(d(1)))
+	}
+
+	// Refill stops at Max.
+	e.clk.Advance(time.Hour)
+	r = e.peek(d(0))
+	e.remaining(r, 0, 10, 0)
+	if r.ResetAfter[0] != 0 {
+		e.Errorf("full bucket ResetAfter = %v, want 0", r.ResetAfter[0])
+	}
+	e.denied(e.reserve(d(11)), 0, true)
+	e.allowed(e.reserve(d(10)))
+}
+
+func testBucketRetryCeil(e *env) {
+	if !e.caps.FrozenClock {
+		e.Skip("exact µs rounding needs a frozen clock")
+	}
+	l := bucket(3, time.Second) // 3 units per 1e6 µs
+	k := e.key("b")
+	e.allowed(e.reserve(debit(k, l, 3)))
+	r := e.reserve(debit(k, l, 1))
+	e.denied(r, 0, false)
+	// ceil(1 * 1e6 / 3) = 333334 µs
+	e.duration("RetryAfter", r.RetryAfter, 333334*time.Microsecond)
+	r = e.reserve(debit(k, l, 2))
+	e.duration("RetryAfter", r.RetryAfter, 666667*time.Microsecond)
+}
+
+func testBucketNever(e *env) {
+	k := e.key("b")
+	l := bucket(5, time.Minute)
+	r := e.reserve(debit(k, l, 6))
+	e.denied(r, 0, true)
+	e.remaining(r, 0, 5, 0)
+	// Never wins even when the bucket is also short.
+	e.allowed(e.reserve(debit(k, l, 5)))
+	e.denied(e.reserve(debit(k, l, 6)), 0, true)
+	e.denied(e.reserve(debit(k, l, 1)), 0, false)
+}
+
+func testBucketDebt(e *env) {
+	l := bucket(10, 10*time.Second)
+	ds := []store.Debit{debit(e.key("b"), l, 4)}
+	r := e.reserve(ds...)
+	e.allowed(r)
+	e.remaining(r, 0, 6, 2)
+	// Real usage was 14: 10 more than reserved.
+	e.adjust(ds, &r.Ticket, 10)
+	r = e.peek(debit(ds[0].Key, l, 1))
+	e.remaining(r, 0, -4, 2)
+	e.denied(r, 0, false)
+	// level -4 -> 1 needs 5 units: 5 s.
+	e.duration("RetryAfter", r.RetryAfter, 5*time.Second)
+	e.duration("ResetAfter", r.ResetAfter[0], 14*time.Second)
+
+	e.clk.Advance(5 * time.Second)
+	r = e.reserve(debit(ds[0].Key, l, 1))
+	e.allowed(r)
+	e.remaining(r, 0, 0, 2)
+}
+
+func testBucketRefundCap(e *env) {
+	l := bucket(10, time.Hour)
+	ds := []store.Debit{debit(e.key("b"), l, 2)}
+	r := e.reserve(ds...)
+	e.allowed(r)
+	e.adjust(ds, &r.Ticket, -5)
+	r = e.peek(debit(ds[0].Key, l, 0))
+	e.remaining(r, 0, 10, 0)
+	e.denied(e.reserve(debit(ds[0].Key, l, 11)), 0, true)
+	e.allowed(e.reserve(debit(ds[0].Key, l, 10)))
+	e.denied(e.reserve(debit(ds[0].Key, l, 1)), 0, false)
+
+	// A refund on a bucket with no state (never charged, or full and
+	// evicted) also stops at Max.
+	k2 := []store.Debit{debit(e.key("b2"), l, 0)}
+	e.adjust(k2, &store.Ticket{Window: []int64{0}}, -7)
+	e.remaining(e.peek(k2...), 0, 10, 0)
+}
+
+// minuteBounds returns the minute window around the fake clock's start.
+func minuteBounds() (ws int64, end time.Time) {
+	s, e := store.WindowStart(store.FixedWindow, time.Minute, start)
+	return s.Unix(), e
+}
+
+func testWindowBoundary(e *env) {
+	l := window(5, time.Minute)
+	k := e.key("w")
+	ws, end := minuteBounds()
+	left := end.Sub(start) // 29.5 s
+
+	r := e.reserve(debit(k, l, 3))
+	e.allowed(r)
+	e.remaining(r, 0, 2, 0)
+	e.duration("ResetAfter", r.ResetAfter[0], left)
+	if r.Ticket.Window[0] != ws {
+		e.Errorf("Ticket.Window = %d, want %d", r.Ticket.Window[0], ws)
+	}
+	r = e.reserve(debit(k, l, 2))
+	e.allowed(r)
+	e.remaining(r, 0, 0, 0)
+
+	r = e.reserve(debit(k, l, 1))
+	e.denied(r, 0, false)
+	e.duration("RetryAfter", r.RetryAfter, left)
+	e.remaining(r, 0, 0, 0)
+
+	r = e.reserve(debit(k, l, 6))
+	e.denied(r, 0, true)
+
+	if e.caps.FrozenClock {
+		e.clk.Set(end.Add(-time.Microsecond))
+		r = e.reserve(debit(k, l, 1))
+		e.denied(r, 0, false)
+		e.duration("RetryAfter", r.RetryAfter, time.Microsecond)
+	}
+	e.clk.Set(end)
+	r = e.reserve(debit(k, l, 5))
+	e.allowed(r)
+	if r.Ticket.Window[0] != ws+60 {
+		e.Errorf("next Ticket.Window = %d, want %d", r.Ticket.Window[0], ws+60)
+	}
+}
+
+func testWindowRollover(e *env) {
+	l := window(100, time.Hour)
+	k := e.key("w")
+	s, end := store.WindowStart(store.FixedWindow, time.Hour, start)
+	if s.Minute() != 0 || s.Second() != 0 || end.Sub(s) != time.Hour {
+		e.Fatalf("WindowStart(hour) = %v..%v", s, end)
+	}
+	e.allowed(e.reserve(debit(k, l, 70)))
+	e.clk.Set(end.Add(10 * time.Minute))
+	r := e.peek(debit(k, l, 100))
+	e.allowed(r)
+	e.remaining(r, 0, 100, 0)
+	e.duration("ResetAfter", r.ResetAfter[0], 50*time.Minute)
+	r = e.reserve(debit(k, l, 100))
+	e.allowed(r)
+	e.remaining(r, 0, 0, 0)
+	// Skipping several windows also starts empty.
+	e.clk.Advance(5 * time.Hour)
+	e.remaining(e.peek(debit(k, l, 0)), 0, 100, 0)
+}
+
+func testWindowDebt(e *env) {
+	l := window(10, time.Hour)
+	ds := []store.Debit{debit(e.key("w"), l, 4)}
+	r := e.reserve(ds...)
+	e.allowed(r)
+	e.adjust(ds, &r.Ticket, 10) // used 14
+	p := e.peek(debit(ds[0].Key, l, 0))
+	e.remaining(p, 0, -4, 0)
+	// Even a zero debit is refused while over the allowance.
+	e.denied(p, 0, false)
+	e.adjust(ds, &r.Ticket, -6) // used 8
+	e.remaining(e.peek(ds...), 0, 2, 0)
+	e.adjust(ds, &r.Ticket, -100) // floor at 0
+	e.remaining(e.peek(ds...), 0, 10, 0)
+	e.allowed(e.reserve(debit(ds[0].Key, l, 10)))
+}
+
+func testWindowAdjustEnded(e *env) {
+	l := window(10, time.Minute)
+	k := e.key("w")
+	ds := []store.Debit{debit(k, l, 4)}
+	r1 := e.reserve(ds...)
+	e.allowed(r1)
+	_, end := minuteBounds()
+
+	// The window ended with nothing charged since: a settlement is lost.
+	e.clk.Set(end.Add(10 * time.Second))
+	e.adjust(ds, &r1.Ticket, 5)
+	e.remaining(e.peek(ds...), 0, 10, 0)
+
+	// A new window has usage: old tickets must not touch it.
+	r2 := e.reserve(debit(k, l, 3))
+	e.allowed(r2)
+	e.adjust(ds, &r1.Ticket, 5)
+	e.adjust(ds, &r1.Ticket, -3)
+	e.remaining(e.peek(ds...), 0, 7, 0)
+	// The current ticket still settles.
+	e.adjust(ds, &r2.Ticket, -1)
+	e.remaining(e.peek(ds...), 0, 8, 0)
+}
+
+func testMonthJanFeb(e *env) {
+	l := month(1000)
+	k := e.key("m")
+	e.clk.Set(time.Date(2025, time.January, 31, 23, 59, 50, 0, time.UTC))
+	r := e.reserve(debit(k, l, 1000))
+	e.allowed(r)
+	jan1 := time.Date(2025, time.January, 1, 0, 0, 0, 0, time.UTC).Unix()
+	if r.Ticket.Window[0] != jan1 {
+		e.Errorf("Ticket.Window = %d, want %d (Jan 1)", r.Ticket.Window[0], jan1)
+	}
+	e.duration("ResetAfter", r.ResetAfter[0], 10*time.Second)
+	r = e.reserve(debit(k, l, 1))
+	e.denied(r, 0, false)
+	e.duration("RetryAfter", r.RetryAfter, 10*time.Second)
+	e.denied(e.reserve(debit(k, l, 1001)), 0, true)
+
+	e.clk.Set(time.Date(2025, time.February, 1, 0, 0, 0, 0, time.UTC))
+	r = e.reserve(debit(k, l, 1000))
+	e.allowed(r)
+	feb1 := time.Date(2025, time.February, 1, 0, 0, 0, 0, time.UTC).Unix()
+	if r.Ticket.Window[0] != feb1 {
+		e.Errorf("Ticket.Window = %d, want %d (Feb 1)", r.Ticket.Window[0], feb1)
+	}
+	// February 2025 has 28 days.
+	e.duration("ResetAfter", r.ResetAfter[0], 28*24*time.Hour)
+	// Settling January's ticket in February changes nothing.
+	e.adjust([]store.Debit{debit(k, l, 0)}, &store.Ticket{Window: []int64{jan1}}, -500)
+	e.remaining(e.peek(debit(k, l, 0)), 0, 0, 0)
+}
+
+func testMonthDecJan(e *env) {
+	l := month(50)
+	k := e.key("m")
+	e.clk.Set(time.Date(2024, time.December, 31, 23, 0, 0, 0, time.UTC))
+	r := e.reserve(debit(k, l, 30))
+	e.allowed(r)
+	dec1 := time.Date(2024, time.December, 1, 0, 0, 0, 0, time.UTC).Unix()
+	if r.Ticket.Window[0] != dec1 {
+		e.Errorf("Ticket.Window = %d, want %d (Dec 1)", r.Ticket.Window[0], dec1)
+	}
+	e.duration("ResetAfter", r.ResetAfter[0], time.Hour)
+	e.denied(e.reserve(debit(k, l, 21)), 0, false)
+
+	e.clk.Set(time.Date(2025, time.January, 1, 0, 30, 0, 0, time.UTC))
+	r = e.reserve(debit(k, l, 50))
+	e.allowed(r)
+	jan1 := time.Date(2025, time.January, 1, 0, 0, 0, 0, time.UTC).Unix()
+	if r.Ticket.Window[0] != jan1 {
+		e.Errorf("Ticket.Window = %d, want %d (Jan 1)", r.Ticket.Window[0], jan1)
+	}
+	e.duration("ResetAfter", r.ResetAfter[0], 31*24*time.Hour-30*time.Minute)
+}
+
+func testAllOrNothing(e *env) {
+	a := debit(e.key("a"), bucket(10, time.Hour), 5)
+	b := debit(e.key("b"), window(10, time.Hour), 5)
+	c := debit(e.key("c"), month(10), 5)
+
+	// Pre-charge c so that 5 more does not fit.
+	e.allowed(e.reserve(debit(c.Key, c.Limit, 8)))
+
+	r := e.reserve(a, b, c)
+	e.denied(r, 2, false)
+	p := e.peek(a, b, c)
+	e.remaining(p, 0, 10, 0)
+	e.remaining(p, 1, 10, 0)
+	e.remaining(p, 2, 2, 0)
+
+	// The first unaffordable debit is reported, and Never only for it.
+	r = e.reserve(debit(a.Key, a.Limit, 11), b, c)
+	e.denied(r, 0, true)
+	r = e.reserve(a, b, debit(c.Key, c.Limit, 11))
+	e.denied(r, 2, true)
+	p = e.peek(a, b, c)
+	e.remaining(p, 0, 10, 0)
+	e.remaining(p, 1, 10, 0)
+
+	// Affordable: all three charged.
+	r = e.reserve(a, b, debit(c.Key, c.Limit, 2))
+	e.allowed(r)
+	e.remaining(r, 0, 5, 0)
+	e.remaining(r, 1, 5, 0)
+	e.remaining(r, 2, 0, 0)
+	e.adjust([]store.Debit{a, b, c}, &r.Ticket, 1, -2, 0)
+	p = e.peek(a, b, c)
+	e.remaining(p, 0, 4, 0)
+	e.remaining(p, 1, 7, 0)
+	e.remaining(p, 2, 0, 0)
+}
+
+func testPeek(e *env) {
+	bk := debit(e.key("b"), bucket(10, time.Hour), 4)
+	wk := debit(e.key("w"), window(10, time.Hour), 4)
+	for range 3 {
+		p := e.peek(bk, wk)
+		e.allowed(p)
+		e.remaining(p, 0, 10, 0)
+		e.remaining(p, 1, 10, 0)
+	}
+	e.allowed(e.reserve(bk, wk))
+	p := e.peek(debit(bk.Key, bk.Limit, 7), wk)
+	e.denied(p, 0, false)
+	e.duration("RetryAfter", p.RetryAfter, time.Hour/10)
+	p = e.peek(bk, debit(wk.Key, wk.Limit, 11))
+	e.denied(p, 1, true)
+	p = e.peek(bk, wk)
+	e.allowed(p)
+	e.remaining(p, 0, 6, 0)
+	e.remaining(p, 1, 6, 0)
+	// Peek fills the ticket with the windows Reserve would charge.
+	ws, _ := store.WindowStart(store.FixedWindow, time.Hour, start)
+	if p.Ticket.Window[1] != ws.Unix() {
+		e.Errorf("Peek Ticket.Window = %d, want %d", p.Ticket.Window[1], ws.Unix())
+	}
+}
+
+func testKeysIndependent(e *env) {
+	for _, l := range []store.Limit{bucket(3, time.Hour), window(3, time.Hour), month(3)} {
+		k1, k2 := e.key("x."+l.Algorithm.String()), e.key("y."+l.Algorithm.String())
+		e.allowed(e.reserve(debit(k1, l, 3)))
+		e.denied(e.reserve(debit(k1, l, 1)), 0, false)
+		r := e.reserve(debit(k2, l, 3))
+		e.allowed(r)
+		e.remaining(r, 0, 0, 0)
+	}
+}
+
+func testInvalid(e *env) {
+	bad := []store.Debit{
+		debit(e.key("i0"), bucket(0, time.Minute), 1),
+		debit(e.key("i1"), bucket(5, 0), 1),
+		debit(e.key("i2"), window(5, 1500*time.Millisecond), 1),
+		debit(e.key("i3"), window(5, time.Minute), -1),
+		debit(e.key("i4"), store.Limit{Max: 5, Period: time.Minute}, 1),
+	}
+	good := debit(e.key("ok"), window(5, time.Minute), 1)
+	for _, d := range bad {
+		var r store.Result
+		err := e.s.Reserve(context.Background(), []store.Debit{good, d}, &r)
+		if err == nil || errors.Is(err, store.ErrUnavailable) {
+			e.Errorf("Reserve(%+v) err = %v, want a non-ErrUnavailable error", d.Limit, err)
+		}
+	}
+	// Nothing was charged by the failed calls.
+	e.remaining(e.peek(good), 0, 5, 0)
+	var r store.Result
+	if err := e.s.Adjust(context.Background(), []store.Debit{good}, &r.Ticket, []int64{1, 2}); err == nil {
+		e.Errorf("Adjust with mismatched lengths: no error")
+	}
+}
+
+func testConcurrentWindow(e *env) {
+	const (
+		workers = 64
+		each    = 200
+		max     = 50_000
+	)
+	l := window(max, time.Hour)
+	k := e.key("hot")
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			ds := []store.Debit{{Key: k, Limit: l}}
+			var r store.Result
+			for range each {
+				ds[0].Amount = 1 + rng.Int64N(7)
+				if err := e.s.Reserve(context.Background(), ds, &r); err != nil {
+					errs <- err
+					return
+				}
+				if r.Allowed {
+					admitted.Add(ds[0].Amount)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		e.Fatalf("Reserve: %v", err)
+	}
+	sum := admitted.Load()
+	if sum > max {
+		e.Fatalf("admitted %d > Max %d", sum, max)
+	}
+	// 64*200 reserves of mean 4 ask for ~51200: the window must be nearly
+	// full, and exactly as full as admitted.
+	if sum < max-7*workers {
+		e.Errorf("admitted only %d of %d", sum, max)
+	}
+	used := max - e.peek(debit(k, l, 0)).Remaining[0]
+	if used != sum {
+		e.Errorf("counter used = %d, sum admitted = %d", used, sum)
+	}
+}
+
+func testConcurrentAdjust(e *env) {
+	const (
+		workers = 32
+		each    = 100
+	)
+	for _, l := range []store.Limit{window(1_000_000, time.Hour), bucket(1_000_000, 1000*time.Hour)} {
+		k := e.key("mix." + l.Algorithm.String())
+		var charged atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(w), 11))
+				ds := []store.Debit{{Key: k, Limit: l}}
+				var r store.Result
+				deltas := []int64{0}
+				for range each {
+					ds[0].Amount = 1 + rng.Int64N(100)
+					if err := e.s.Reserve(context.Background(), ds, &r); err != nil {
+						errs <- err
+						return
+					}
+					if !r.Allowed {
+						continue
+					}
+					// Settle to a real usage in [0, 2*amount].
+					deltas[0] = rng.Int64N(2*ds[0].Amount+1) - ds[0].Amount
+					if err := e.s.Adjust(context.Background(), ds, &r.Ticket, deltas); err != nil {
+						errs <- err
+						return
+					}
+					charged.Add(ds[0].Amount + deltas[0])
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			e.Fatalf("%v: %v", l.Algorithm, err)
+		}
+		used := l.Max - e.peek(debit(k, l, 0)).Remaining[0]
+		want := charged.Load()
+		if l.Algorithm == store.TokenBucket && !e.caps.FrozenClock {
+			// Refill (1 unit per 3.6 s here) can only lower the usage.
+			if used > want || used < want-int64(drift/(3600*time.Millisecond))-1 {
+				e.Errorf("%v: used %d, sum of final charges %d", l.Algorithm, used, want)
+			}
+			continue
+		}
+		if used != want {
+			e.Errorf("%v: used %d, sum of final charges %d", l.Algorithm, used, want)
+		}
+	}
+}
