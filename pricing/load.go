@@ -143,7 +143,7 @@ func buildModel(name string, fm fileModel) (Model, error) {
 	p := Price{Input: *fm.Input, Output: *fm.Output}
 	p.CachedInput = orDefault(fm.CachedInput, p.Input)
 	p.CacheWrite = orDefault(fm.CacheWrite, p.Input)
-	if err := checkPrices(map[string]float64{"input": p.Input, "output": p.Output, "cachedInput": p.CachedInput, "cacheWrite": p.CacheWrite}); err != nil {
+	if err := checkPrices(p.Input, p.Output, p.CachedInput, p.CacheWrite); err != nil {
 		return m, err
 	}
 	for i, ft := range fm.Tiers {
@@ -179,19 +179,18 @@ func buildTier(ft fileTier) (Tier, error) {
 	t := Tier{AbovePromptTokens: *ft.AbovePromptTokens, Input: *ft.Input, Output: *ft.Output}
 	t.CachedInput = orDefault(ft.CachedInput, t.Input)
 	t.CacheWrite = orDefault(ft.CacheWrite, t.Input)
-	return t, checkPrices(map[string]float64{"input": t.Input, "output": t.Output, "cachedInput": t.CachedInput, "cacheWrite": t.CacheWrite})
+	return t, checkPrices(t.Input, t.Output, t.CachedInput, t.CacheWrite)
 }
 
-func checkPrices(fields map[string]float64) error {
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := fields[k]
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > maxPrice {
-			return fmt.Errorf("%s: %v is not a price (want 0 <= USD per million tokens <= %d)", k, v, maxPrice)
+// checkPrices reports the first of the four prices (in this order) that is not
+// finite, negative, or above maxPrice.
+func checkPrices(input, output, cachedInput, cacheWrite float64) error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"input", input}, {"output", output}, {"cachedInput", cachedInput}, {"cacheWrite", cacheWrite}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v > maxPrice {
+			return fmt.Errorf("%s: %v is not a price (want 0 <= USD per million tokens <= %d)", f.name, f.v, maxPrice)
 		}
 	}
 	return nil
