@@ -26,21 +26,25 @@ const (
 // AuthMethod is the AuthContext.Method this policy writes.
 const AuthMethod = "api-key"
 
-// Params configures api-key-auth. With no params the key is read from
-// "Authorization: Bearer <key>", then from "x-api-key".
+// Params configures api-key-auth. With no params the key is read from the
+// Authorization header ("Bearer <key>"), else from x-api-key. The key is
+// looked up by its SHA-256 hash among the applications' keys; on success the
+// request carries the application id, on failure it is answered 401. Every
+// header and query parameter the key may come from is removed before the
+// request goes upstream.
 type Params struct {
-	// Header is the request header that carries the API key.
+	// The request header that carries the API key.
 	Header string `json:"header,omitempty" jsonschema:"minLength=1,default=Authorization"`
-	// Prefix is stripped from the Header value when present, compared without
-	// regard to case ("bearer sk-..." works too). Set it to "" when the header
-	// carries the bare key. It does not apply to alternateHeaders or queryParam.
+	// Stripped from the header value when present, compared without regard to
+	// case ("bearer <key>" works too). Set "" when the header carries the bare
+	// key. Does not apply to alternateHeaders or queryParam.
 	Prefix *string `json:"prefix,omitempty" jsonschema:"default=Bearer "`
-	// AlternateHeaders are consulted in order when Header is absent; each carries
-	// the bare key. The default accepts Anthropic clients' "x-api-key". Set [] to
-	// accept only Header.
+	// Headers consulted in order when header is absent; each carries the bare
+	// key. The default accepts Anthropic clients' x-api-key. Set [] to accept
+	// only header.
 	AlternateHeaders []string `json:"alternateHeaders,omitempty" jsonschema:"default=x-api-key"`
-	// QueryParam, when set, names a query parameter that carries the key when no
-	// header does. The parameter is removed before the request goes upstream.
+	// A query parameter that carries the key when no header does (unset: keys
+	// in the query are not accepted).
 	QueryParam string `json:"queryParam,omitempty"`
 }
 

@@ -23,13 +23,16 @@ const (
 
 // Params configures model-access. A pattern is an exact model name
 // ("gpt-4o-mini") or a prefix ending in "*" ("claude-3-5-*"; "*" alone matches
-// every model). Model names are compared case-sensitively.
+// every model); "*" anywhere else is an error. Names are compared
+// case-sensitively. A request for a model the caller may not use is answered
+// 403 (code model_not_allowed); so is a request that names no model when a
+// restriction applies. With no params every model is allowed.
 type Params struct {
-	// Allow lists the models every application may use, unless the application
-	// has its own entry in perApplication. Empty or absent: all models.
+	// Models every application may use, unless the application has its own
+	// entry in perApplication. Empty or absent: all models.
 	Allow []string `json:"allow,omitempty" jsonschema:"uniqueItems=true"`
-	// PerApplication maps an application id to the models it may use; the list
-	// replaces allow for that application. An empty list allows all models.
+	// Application id to the models it may use; the list replaces allow for
+	// that application. An empty list allows all models.
 	PerApplication map[string][]string `json:"perApplication,omitempty"`
 }
 
