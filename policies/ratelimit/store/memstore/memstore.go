@@ -35,7 +35,7 @@ const (
 	inline = 8
 	// shrinkMin: a shard map that once held this many entries is rebuilt when
 	// the sweep leaves it a quarter full (Go maps never give memory back).
-	shrinkMin = 1024
+	shrinkMin = 128
 )
 
 // Store implements store.Store in memory. Safe for concurrent use.
@@ -133,7 +133,8 @@ func (s *Store) eval(debits []store.Debit, res *store.Result, charge bool) error
 	} else {
 		slots = make([]slot, n)
 	}
-	var ls lockSet
+	var lbuf [inline]uint32
+	locks := lbuf[:0]
 	for i := range debits {
 		sl := &slots[i]
 		idx := s.index(debits[i].Key)
@@ -146,10 +147,10 @@ func (s *Store) eval(debits []store.Debit, res *store.Result, charge bool) error
 				break
 			}
 		}
-		ls.add(idx)
+		locks = addShard(locks, idx)
 	}
-	ls.lock(s)
-	defer ls.unlock(s)
+	s.lock(locks)
+	defer s.unlock(locks)
 	// Read the clock under the locks so that operations on one counter see
 	// non-decreasing times in lock order.
 	now := s.now().UnixMicro()
@@ -222,19 +223,18 @@ func (s *Store) Adjust(_ context.Context, debits []store.Debit, t *store.Ticket,
 	if t == nil || len(t.Window) != n || len(deltas) != n {
 		return fmt.Errorf("%w: adjust of %d debits with %d deltas", store.ErrInvalidLimit, n, len(deltas))
 	}
-	var ls lockSet
-	var ibuf [inline]uint32
-	idxs := ibuf[:0]
+	var lbuf, ibuf [inline]uint32
+	locks, idxs := lbuf[:0], ibuf[:0]
 	for i := range debits {
 		if err := debits[i].Limit.Validate(); err != nil {
 			return fmt.Errorf("key %q: %w", debits[i].Key, err)
 		}
 		idx := s.index(debits[i].Key)
 		idxs = append(idxs, idx)
-		ls.add(idx)
+		locks = addShard(locks, idx)
 	}
-	ls.lock(s)
-	defer ls.unlock(s)
+	s.lock(locks)
+	defer s.unlock(locks)
 	now := s.now().UnixMicro()
 	for i := range debits {
 		d := &debits[i]
@@ -328,37 +328,31 @@ func (s *Store) index(key string) uint32 {
 	return uint32(maphash.String(s.seed, key) & s.mask)
 }
 
-// lockSet is the sorted set of distinct shard indices one call locks. Locking
-// in ascending index order makes concurrent multi-shard calls deadlock-free.
-type lockSet struct {
-	buf [inline]uint32
-	idx []uint32
-}
-
-func (ls *lockSet) add(i uint32) {
-	if ls.idx == nil {
-		ls.idx = ls.buf[:0]
-	}
-	pos := len(ls.idx)
-	for pos > 0 && ls.idx[pos-1] > i {
+// addShard inserts shard index i into the ascending, duplicate-free set.
+// Locking a call's shards in ascending order makes concurrent multi-shard
+// calls deadlock-free.
+func addShard(set []uint32, i uint32) []uint32 {
+	pos := len(set)
+	for pos > 0 && set[pos-1] > i {
 		pos--
 	}
-	if pos > 0 && ls.idx[pos-1] == i {
-		return
+	if pos > 0 && set[pos-1] == i {
+		return set
 	}
-	ls.idx = append(ls.idx, 0)
-	copy(ls.idx[pos+1:], ls.idx[pos:])
-	ls.idx[pos] = i
+	set = append(set, 0)
+	copy(set[pos+1:], set[pos:])
+	set[pos] = i
+	return set
 }
 
-func (ls *lockSet) lock(s *Store) {
-	for _, i := range ls.idx {
+func (s *Store) lock(set []uint32) {
+	for _, i := range set {
 		s.shards[i].mu.Lock()
 	}
 }
 
-func (ls *lockSet) unlock(s *Store) {
-	for j := len(ls.idx) - 1; j >= 0; j-- {
-		s.shards[ls.idx[j]].mu.Unlock()
+func (s *Store) unlock(set []uint32) {
+	for j := len(set) - 1; j >= 0; j-- {
+		s.shards[set[j]].mu.Unlock()
 	}
 }
