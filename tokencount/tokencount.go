@@ -1,20 +1,192 @@
 // Package tokencount estimates prompt tokens with embedded tokenizer
 // vocabularies (no download), by model family.
+//
+// Encodings: o200k_base for gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1/o3/o4 and, as an
+// approximation, every model it does not recognise (Anthropic, open models);
+// cl100k_base for gpt-4, gpt-3.5 and text-embedding-*.
+//
+// Texts whose total size exceeds SampleThreshold are counted exactly on a bounded
+// sample (SampleWindows windows of SampleWindowBytes spread evenly over the text)
+// and extrapolated by bytes; see docs/benchmarks-tokencount.md for the measured error.
 package tokencount
 
-import "sluice/llmapi"
+import (
+	"strings"
+	"sync"
+
+	"github.com/tiktoken-go/tokenizer"
+
+	"sluice/llmapi"
+)
+
+const (
+	// SampleThreshold is the text size (bytes, summed over a request's texts)
+	// above which counting switches to the sampled mode.
+	SampleThreshold = 256 << 10
+	// SampleWindows and SampleWindowBytes size the sample: 16 x 4 KiB.
+	SampleWindows     = 16
+	SampleWindowBytes = 4 << 10
+)
+
+type encodingID int
+
+const (
+	o200k encodingID = iota
+	cl100k
+	numEncodings
+)
+
+var encodingNames = [numEncodings]tokenizer.Encoding{o200k: tokenizer.O200kBase, cl100k: tokenizer.Cl100kBase}
+
+// lazyCodec loads one encoding on first use.
+type lazyCodec struct {
+	once  sync.Once
+	codec tokenizer.Codec
+}
 
 // Counter counts tokens. It is safe for concurrent use; vocabularies load lazily
 // on first use of each encoding.
-type Counter struct{}
+type Counter struct {
+	codecs [numEncodings]lazyCodec
+}
 
 // New returns a Counter.
 func New() *Counter { return &Counter{} }
 
-// Count returns the number of tokens of text under model's encoding.
-func (c *Counter) Count(model, text string) int { return 0 }
+func (c *Counter) codec(id encodingID) tokenizer.Codec {
+	l := &c.codecs[id]
+	l.once.Do(func() {
+		// Get only fails for an unknown encoding name; both names are constants.
+		l.codec, _ = tokenizer.Get(encodingNames[id])
+	})
+	return l.codec
+}
+
+// cl100kPrefixes are the model families that use cl100k_base. Checked after the
+// o200k families, since "gpt-4o" and "gpt-4.1" also start with "gpt-4".
+var (
+	o200kPrefixes  = []string{"gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "o1", "o3", "o4", "gpt-oss"}
+	cl100kPrefixes = []string{"gpt-4", "gpt-3.5", "gpt-35", "text-embedding-", "davinci-002", "babbage-002"}
+)
+
+// encodingFor picks the encoding for a model name. Provider prefixes
+// ("openai/gpt-4", "ft:gpt-3.5-turbo:org") are ignored.
+func encodingFor(model string) encodingID {
+	m := strings.ToLower(model)
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:]
+	}
+	m = strings.TrimPrefix(m, "ft:")
+	for _, p := range o200kPrefixes {
+		if strings.HasPrefix(m, p) {
+			return o200k
+		}
+	}
+	for _, p := range cl100kPrefixes {
+		if strings.HasPrefix(m, p) {
+			return cl100k
+		}
+	}
+	return o200k
+}
+
+// EncodingName reports the encoding Count uses for model.
+func EncodingName(model string) string { return string(encodingNames[encodingFor(model)]) }
+
+// Count returns the number of tokens of text under model's encoding (sampled and
+// extrapolated above SampleThreshold).
+func (c *Counter) Count(model, text string) int {
+	return int(c.countTexts(encodingFor(model), []string{text}))
+}
+
+func (c *Counter) exact(id encodingID, text string) int64 {
+	if text == "" {
+		return 0
+	}
+	n, err := c.codec(id).Count(text)
+	if err != nil {
+		// Only the strict UTF-8 mode errors, which is not used; stay conservative anyway.
+		return int64(len(text)+3) / 4
+	}
+	return int64(n)
+}
+
+// countTexts counts the sum of texts' tokens: exactly when their total size is at
+// most SampleThreshold, else on SampleWindows windows spread evenly over their
+// concatenation, scaled by total bytes / sampled bytes.
+func (c *Counter) countTexts(id encodingID, texts []string) int64 {
+	var total int
+	for _, t := range texts {
+		total += len(t)
+	}
+	if total <= SampleThreshold {
+		var n int64
+		for _, t := range texts {
+			n += c.exact(id, t)
+		}
+		return n
+	}
+	stride := total / SampleWindows
+	var sampledBytes, sampledTokens int64
+	ti, base := 0, 0 // texts[ti] starts at offset base of the concatenation
+	for w := 0; w < SampleWindows; w++ {
+		off := w * stride
+		for ti < len(texts) && base+len(texts[ti]) <= off {
+			base += len(texts[ti])
+			ti++
+		}
+		if ti == len(texts) {
+			break
+		}
+		win := window(texts[ti], off-base, SampleWindowBytes)
+		if win == "" {
+			continue
+		}
+		sampledBytes += int64(len(win))
+		sampledTokens += c.exact(id, win)
+	}
+	if sampledBytes == 0 {
+		return int64(total+3) / 4
+	}
+	return (sampledTokens*int64(total) + sampledBytes/2) / sampledBytes
+}
+
+// window returns about size bytes of s starting near start, moved to word
+// boundaries (the first whitespace at or after each end, within 64 bytes) so the
+// sample does not split tokens it would not split in the whole text.
+func window(s string, start, size int) string {
+	start = wordBoundary(s, start)
+	end := start + size
+	if end >= len(s) {
+		return s[start:]
+	}
+	return s[start:wordBoundary(s, end)]
+}
+
+func wordBoundary(s string, i int) int {
+	if i <= 0 {
+		return 0
+	}
+	for j := i; j < len(s) && j < i+64; j++ {
+		if s[j] == ' ' || s[j] == '\n' || s[j] == '\t' {
+			return j
+		}
+	}
+	// No whitespace near i (e.g. CJK): settle for a rune boundary.
+	for i < len(s) && i > 0 && s[i]&0xC0 == 0x80 {
+		i++
+	}
+	return min(i, len(s))
+}
 
 // EstimatePrompt estimates the prompt tokens of req: message contents, roles and
 // per-message overhead for chat, the prompt(s) for completions (summed over a
-// batch), the input(s) for embeddings and responses.
-func (c *Counter) EstimatePrompt(req *llmapi.Request) int64 { return 0 }
+// batch), the input(s) for embeddings and responses. See estimate.go for the rules.
+func (c *Counter) EstimatePrompt(req *llmapi.Request) int64 {
+	if req == nil {
+		return 0
+	}
+	var e estimator
+	e.collect(req)
+	return e.fixed + c.countTexts(encodingFor(req.Model), e.texts)
+}
