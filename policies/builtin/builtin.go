@@ -5,6 +5,7 @@ package builtin
 import (
 	"sluice/policies"
 	"sluice/policies/apikeyauth"
+	"sluice/policies/llmcost"
 	"sluice/policies/modelaccess"
 )
 
@@ -13,6 +14,7 @@ func Definitions() []policies.Definition {
 	return []policies.Definition{
 		apikeyauth.Definition(),
 		modelaccess.Definition(),
+		llmcost.Definition(),
 	}
 }
 

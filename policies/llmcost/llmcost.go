@@ -1,0 +1,221 @@
+// Package llmcost is the llm-cost policy: it prices the usage the gateway
+// extracted from the upstream response with the pricing catalog and publishes
+// the cost under the documented metadata keys x-llm-cost (float64 USD) and
+// x-llm-cost-status, for the cost limit policies and for analytics.
+//
+// Ordering: llm-cost is listed after the limit policies that read its result.
+// Response and final phases run in reverse list order, so llm-cost's response
+// (bodies) or final (streams) call runs before theirs.
+package llmcost
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"sluice/gwerror"
+	"sluice/llmapi"
+	"sluice/policies"
+	"sluice/pricing"
+	"sluice/sharedctx"
+)
+
+// Name and Version identify the definition.
+const (
+	Name    = "llm-cost"
+	Version = "v1"
+)
+
+// Values of x-llm-cost-status.
+const (
+	// StatusCalculated: the cost was computed from authoritative usage (with the
+	// catalog's price, or defaultPrice for a model the catalog does not know).
+	StatusCalculated = "calculated"
+	// StatusUnpriced: the model is not in the catalog and no defaultPrice is set;
+	// the cost is reported as 0.
+	StatusUnpriced = "unpriced"
+	// StatusNoUsage: the provider reported no usage (or none authoritative); the
+	// cost is reported as 0.
+	StatusNoUsage = "no_usage"
+)
+
+// HeaderCost is the response header carrying the cost in USD on non-streamed
+// responses (set only when the status is "calculated").
+const HeaderCost = "X-Sluice-Cost-Usd"
+
+// Analytics keys written on every request.
+const (
+	AnalyticsCost   = "cost_usd"
+	AnalyticsStatus = "cost_status"
+	AnalyticsModel  = "cost_model"
+)
+
+// Params configures llm-cost. Prices are USD per million tokens.
+type Params struct {
+	// Path of an extra pricing file (YAML or JSON, same shape as the embedded
+	// table: models: {name: {input, cachedInput, cacheWrite, output, tiers,
+	// aliases}}) whose entries add to or replace the gateway's catalog for this
+	// instance only. Read when the chain is built (at startup and on reload).
+	PricingFile string `json:"pricingFile,omitempty" jsonschema:"minLength=1"`
+	// Price used for models the catalog does not know. Without it such requests
+	// get status "unpriced" and cost 0.
+	DefaultPrice *DefaultPrice `json:"defaultPrice,omitempty"`
+}
+
+// DefaultPrice is a fallback price in USD per million tokens.
+type DefaultPrice struct {
+	// USD per million prompt tokens (cached tokens included).
+	Input float64 `json:"input" jsonschema:"required,minimum=0"`
+	// USD per million completion tokens (reasoning tokens included).
+	Output float64 `json:"output" jsonschema:"required,minimum=0"`
+}
+
+// Definition returns the llm-cost v1 definition.
+func Definition() policies.Definition {
+	d := policies.Define(Name, Version,
+		"Prices each request's token usage from the model price catalog (cached input, cache writes, long-context tiers) and writes the cost in USD to metadata x-llm-cost, for cost-based rate limits and usage records.",
+		build)
+	d.Reads = []policies.MetaKey{
+		{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse, Optional: true},
+	}
+	// x-llm-cost-status is declared in the final phase only (it is also
+	// written in the response phase for bodies): a limit policy that declares
+	// a required final-phase read of it gets the load-time ordering check
+	// ("list llm-cost after ..."). x-llm-cost is declared in both phases, so a
+	// final-phase read of it alone is always satisfied by the response write.
+	d.Writes = []policies.MetaKey{
+		{Key: sharedctx.KeyLLMCost, Phase: policies.PhaseResponse},
+		{Key: sharedctx.KeyLLMCost, Phase: policies.PhaseFinal},
+		{Key: sharedctx.KeyLLMCostStatus, Phase: policies.PhaseFinal},
+	}
+	return d
+}
+
+// policy is immutable after build and safe for concurrent use.
+type policy struct {
+	catalog      *pricing.Catalog
+	defaultPrice *pricing.Price
+	// doneKey is this instance's metadata slot recording the status it wrote,
+	// so the final phase knows whether the response phase already priced the
+	// request.
+	doneKey string
+}
+
+func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
+	cat := svc.Pricing
+	if p.PricingFile != "" {
+		var err error
+		if cat == nil {
+			cat, err = pricing.New(p.PricingFile)
+		} else {
+			cat, err = cat.WithFile(p.PricingFile)
+		}
+		if err != nil {
+			return nil, policies.ParamErrors{{Path: []string{"pricingFile"}, Message: err.Error()}}
+		}
+	}
+	if cat == nil {
+		return nil, errors.New("no pricing catalog in the gateway services (wiring bug)")
+	}
+	pol := &policy{catalog: cat, doneKey: sharedctx.InstanceKey(route.InstanceID, "llm-cost.status")}
+	if p.DefaultPrice != nil {
+		pol.defaultPrice = &pricing.Price{
+			Input: p.DefaultPrice.Input, CachedInput: p.DefaultPrice.Input, CacheWrite: p.DefaultPrice.Input,
+			Output: p.DefaultPrice.Output,
+		}
+	}
+	return pol, nil
+}
+
+// OnRequest admits every request; llm-cost only observes.
+func (p *policy) OnRequest(*policies.Call) *gwerror.Error { return nil }
+
+// OnResponse prices a non-streamed response from the usage the gateway
+// extracted before this phase, and sets the cost header. Streams are priced
+// in the final phase, when their usage is known.
+func (p *policy) OnResponse(c *policies.Call, r *policies.Response) *gwerror.Error {
+	if r.Stream {
+		return nil
+	}
+	u := usageFrom(c.Shared, r.Usage)
+	cost, status := p.price(c, u)
+	if status == StatusCalculated {
+		if c.ClientHeader == nil {
+			c.ClientHeader = http.Header{}
+		}
+		c.ClientHeader.Set(HeaderCost, strconv.FormatFloat(cost, 'f', -1, 64))
+	}
+	return nil
+}
+
+// OnFinal prices the request when the response phase did not (streams,
+// upstream failures, rejections), or re-prices it when usage arrived only now.
+func (p *policy) OnFinal(c *policies.Call, o *policies.Outcome) {
+	if prev, _ := c.Shared.Metadata[p.doneKey].(string); prev != "" && prev != StatusNoUsage {
+		return
+	}
+	u := usageFrom(c.Shared, o.Usage)
+	if prev, _ := c.Shared.Metadata[p.doneKey].(string); prev == StatusNoUsage && !authoritative(u) {
+		return
+	}
+	p.price(c, u)
+}
+
+// price computes and publishes the cost of u; it returns what it wrote.
+func (p *policy) price(c *policies.Call, u *llmapi.Usage) (float64, string) {
+	model := c.Shared.Model
+	if model == "" && c.Request != nil && c.Request.LLM != nil {
+		model = c.Request.LLM.Model
+	}
+	var cost float64
+	var status string
+	var priced string
+	switch {
+	case !authoritative(u):
+		status = StatusNoUsage
+	default:
+		if m, ok := p.catalog.Resolve(model); ok {
+			cost, status, priced = m.Price.Cost(u), StatusCalculated, m.Name
+		} else if p.defaultPrice != nil {
+			cost, status, priced = p.defaultPrice.Cost(u), StatusCalculated, "default"
+		} else {
+			status = StatusUnpriced
+		}
+	}
+	md := c.Shared.Metadata
+	md[sharedctx.KeyLLMCost] = cost
+	md[sharedctx.KeyLLMCostStatus] = status
+	md[p.doneKey] = status
+	if c.Shared.Analytics != nil {
+		c.Shared.Analytics[AnalyticsCost] = cost
+		c.Shared.Analytics[AnalyticsStatus] = status
+		if priced != "" {
+			c.Shared.Analytics[AnalyticsModel] = priced
+		}
+	}
+	return cost, status
+}
+
+// usageFrom prefers the gateway's published x-llm-usage over the phase's own
+// copy (they are the same value when both are set).
+func usageFrom(sh *sharedctx.SharedContext, fallback *llmapi.Usage) *llmapi.Usage {
+	switch u := sh.Metadata[sharedctx.KeyLLMUsage].(type) {
+	case *llmapi.Usage:
+		if u != nil {
+			return u
+		}
+	case llmapi.Usage:
+		return &u
+	}
+	return fallback
+}
+
+// authoritative reports whether u holds provider-reported numbers. Partial
+// streams (fewer finished choices than requested) are still priced: the cost
+// of what was reported; limit policies decide how to settle them.
+func authoritative(u *llmapi.Usage) bool { return u != nil && u.Authoritative }
+
+var _ interface {
+	policies.ResponseHandler
+	policies.Finalizer
+} = (*policy)(nil)
