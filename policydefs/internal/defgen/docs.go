@@ -42,6 +42,19 @@ policies:
   JSON Schema. The files behind both are ` + "`policydefs/<name>.<version>.json`" + `.
 
 Durations are Go durations (` + "`30s`, `1m`, `1h`" + `) or whole days (` + "`1d`" + `).
+
+## API keys
+
+Deployment files hold application keys only as hashes (` + "`applications[].apiKeys`" + `,
+each ` + "`sha256:<64 hex digits>`" + `). ` + "`sluice keys new`" + ` prints a fresh key and its
+hash on two labelled lines; give the key to the application and put the hash in the
+deployment. ` + "`sluice keys hash KEY`" + ` prints the hash of an existing key.
+
+` + "```" + `
+$ sluice keys new
+key:  sk-sluice-<43 random base62 characters>
+hash: sha256:<64 hex digits>
+` + "```" + `
 `
 
 // Docs renders docs/policies.md from catalog entries.
