@@ -16,6 +16,10 @@ type Deployment struct {
 
 	// Source is the file the document came from ("" when built in memory).
 	Source string `yaml:"-"`
+
+	// positions maps field paths to file positions for error messages; nil
+	// for a document built in memory.
+	positions index
 }
 
 // Server holds data-plane limits. Zero values take the documented defaults.

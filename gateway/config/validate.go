@@ -1,0 +1,276 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+var (
+	routeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	// Application ids go into counter keys ("route:app") and Redis hash tags,
+	// so ':', '{', '}' and whitespace are excluded.
+	appIDRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]*$`)
+	keyHashRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	// headerNameRE is an HTTP field name (RFC 9110 token).
+	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+)
+
+// reservedAppID is the consumer key of requests without an application; an
+// application with that id would share their counters.
+const reservedAppID = "default"
+
+// Validate checks a deployment's structure (everything but policy params,
+// which Check and BuildChains check against the registry). Empty fields that
+// have defaults are accepted. It returns Errors or nil.
+func Validate(d *Deployment) error {
+	return validate(d).normalize().errOrNil()
+}
+
+func validate(d *Deployment) Errors {
+	var errs Errors
+	add := func(e *Error) { errs = append(errs, e) }
+
+	switch {
+	case d.APIVersion == "":
+		add(d.errorAt("apiVersion", true, "required: set apiVersion: %s", APIVersion))
+	case d.APIVersion != APIVersion:
+		add(d.errorAt("apiVersion", false, "unsupported version %q: this gateway reads %s", d.APIVersion, APIVersion))
+	}
+
+	if d.Server.MaxRequestBytes < 0 {
+		add(d.errorAt("server.maxRequestBytes", false, "must be positive"))
+	}
+	validateCounters(d, add)
+	providerTypes := validateProviders(d, add)
+	validateApplications(d, add)
+	validateRoutes(d, providerTypes, add)
+	return errs
+}
+
+func validateCounters(d *Deployment, add func(*Error)) {
+	c := d.Counters
+	switch c.Backend {
+	case "", "memory":
+	case "redis":
+		r := c.Redis
+		switch {
+		case r.URL == "" && len(r.Addrs) == 0:
+			add(d.errorAt("counters.redis.url", true, "the redis backend needs counters.redis.url or counters.redis.addrs"))
+		case r.URL != "" && len(r.Addrs) > 0:
+			add(d.errorAt("counters.redis.addrs", true, "give counters.redis.url or counters.redis.addrs, not both"))
+		}
+	default:
+		add(d.errorAt("counters.backend", false, "unknown backend %q: want memory or redis", c.Backend))
+	}
+	r := c.Redis
+	if r.URL != "" {
+		u, err := url.Parse(r.URL)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+			add(d.errorAt("counters.redis.url", false, "want a redis://, rediss:// or unix:// URL"))
+		}
+	}
+	for i, a := range r.Addrs {
+		if !strings.Contains(a, ":") || strings.Contains(a, "://") {
+			add(d.errorAt(fmt.Sprintf("counters.redis.addrs[%d]", i), false, "want host:port, got %q", a))
+		}
+	}
+	if strings.ContainsAny(r.KeyPrefix, "{} \t\n") {
+		add(d.errorAt("counters.redis.keyPrefix", false, "must not contain braces or whitespace (keys carry Redis Cluster hash tags)"))
+	}
+	switch r.FailureMode {
+	case "", "open", "closed":
+	default:
+		add(d.errorAt("counters.redis.failureMode", false, "unknown failure mode %q: want open or closed", r.FailureMode))
+	}
+	if r.PoolSize < 0 {
+		add(d.errorAt("counters.redis.poolSize", false, "must not be negative"))
+	}
+}
+
+// validateProviders returns the type of each provider by name.
+func validateProviders(d *Deployment, add func(*Error)) map[string]string {
+	types := map[string]string{}
+	first := map[string]int{}
+	for i, p := range d.Providers {
+		base := fmt.Sprintf("providers[%d]", i)
+		if p.Name == "" {
+			add(d.errorAt(base+".name", true, "required"))
+		} else if j, dup := first[p.Name]; dup {
+			add(d.errorAt(base+".name", false, "duplicate provider name %q (first defined at providers[%d])", p.Name, j))
+		} else {
+			first[p.Name] = i
+			types[p.Name] = p.Type
+		}
+		switch p.Type {
+		case "openai", "anthropic":
+		case "":
+			add(d.errorAt(base+".type", true, "required: openai (any OpenAI-compatible API) or anthropic"))
+		default:
+			add(d.errorAt(base+".type", false, "unknown provider type %q: want openai (any OpenAI-compatible API) or anthropic", p.Type))
+		}
+		switch {
+		case p.URL == "" && len(p.Targets) == 0:
+			add(d.errorAt(base+".url", true, "required: give url, or targets for several upstreams"))
+		case p.URL != "" && len(p.Targets) > 0:
+			add(d.errorAt(base+".targets", true, "give url or targets, not both"))
+		}
+		if p.URL != "" {
+			if msg := upstreamURLProblem(p.URL); msg != "" {
+				add(d.errorAt(base+".url", false, "%s", msg))
+			}
+		}
+		for j, t := range p.Targets {
+			if msg := upstreamURLProblem(t); msg != "" {
+				add(d.errorAt(fmt.Sprintf("%s.targets[%d]", base, j), false, "%s", msg))
+			}
+		}
+		if p.Auth != nil && !headerNameRE.MatchString(p.Auth.Header) {
+			if p.Auth.Header == "" {
+				add(d.errorAt(base+".auth.header", true, "required when auth is given"))
+			} else {
+				add(d.errorAt(base+".auth.header", false, "invalid header name %q", p.Auth.Header))
+			}
+		}
+		if p.Timeout < 0 {
+			add(d.errorAt(base+".timeout", false, "must be positive"))
+		}
+		if p.Retries != nil && *p.Retries < 0 {
+			add(d.errorAt(base+".retries", false, "must not be negative"))
+		}
+	}
+	return types
+}
+
+func upstreamURLProblem(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("invalid URL %q: %v", s, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Sprintf("want an absolute http:// or https:// URL, got %q", s)
+	case u.Host == "":
+		return fmt.Sprintf("URL %q has no host", s)
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Sprintf("URL %q must not have a query or fragment", s)
+	case u.User != nil:
+		return fmt.Sprintf("URL %q must not carry credentials: use auth", s)
+	}
+	return ""
+}
+
+func validateApplications(d *Deployment, add func(*Error)) {
+	firstID := map[string]int{}
+	keyOwner := map[string]string{}
+	for i, a := range d.Applications {
+		base := fmt.Sprintf("applications[%d]", i)
+		switch {
+		case a.ID == "":
+			add(d.errorAt(base+".id", true, "required"))
+		case a.ID == reservedAppID:
+			add(d.errorAt(base+".id", false, "%q is reserved for requests without an application", a.ID))
+		case !appIDRE.MatchString(a.ID):
+			add(d.errorAt(base+".id", false, "invalid id %q: use letters, digits, '.', '_', '@' and '-', starting with a letter or digit", a.ID))
+		default:
+			if j, dup := firstID[a.ID]; dup {
+				add(d.errorAt(base+".id", false, "duplicate application id %q (first defined at applications[%d])", a.ID, j))
+			} else {
+				firstID[a.ID] = i
+			}
+		}
+		for j, k := range a.APIKeys {
+			field := fmt.Sprintf("%s.apiKeys[%d]", base, j)
+			if !keyHashRE.MatchString(k) {
+				add(d.errorAt(field, false, "want \"sha256:\" and 64 lowercase hex digits (`sluice keys hash KEY` prints it); never the key itself"))
+				continue
+			}
+			owner := a.ID
+			if owner == "" {
+				owner = base
+			}
+			if prev, dup := keyOwner[k]; dup {
+				if prev == owner {
+					add(d.errorAt(field, false, "key listed twice"))
+				} else {
+					add(d.errorAt(field, false, "key already belongs to application %q: a key identifies one application", prev))
+				}
+				continue
+			}
+			keyOwner[k] = owner
+		}
+	}
+}
+
+func validateRoutes(d *Deployment, providerTypes map[string]string, add func(*Error)) {
+	firstName := map[string]int{}
+	firstContext := map[string]int{}
+	for i, r := range d.Routes {
+		base := fmt.Sprintf("routes[%d]", i)
+		switch {
+		case r.Name == "":
+			add(d.errorAt(base+".name", true, "required"))
+		case !routeNameRE.MatchString(r.Name):
+			add(d.errorAt(base+".name", false, "invalid route name %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", r.Name))
+		default:
+			if j, dup := firstName[r.Name]; dup {
+				add(d.errorAt(base+".name", false, "duplicate route name %q (first defined at routes[%d])", r.Name, j))
+			} else {
+				firstName[r.Name] = i
+			}
+		}
+		if msg := contextProblem(r.Context); msg != "" {
+			add(d.errorAt(base+".context", r.Context == "", "%s", msg))
+		} else if j, dup := firstContext[r.Context]; dup {
+			add(d.errorAt(base+".context", false, "duplicate context %q (also routes[%d])", r.Context, j))
+		} else {
+			firstContext[r.Context] = i
+		}
+		switch {
+		case r.Provider == "":
+			add(d.errorAt(base+".provider", true, "required"))
+		default:
+			if _, ok := providerTypes[r.Provider]; !ok {
+				add(d.errorAt(base+".provider", false, "unknown provider %q (defined: %s)", r.Provider, quoteList(providerNames(d))))
+			}
+		}
+		for j, p := range r.Policies {
+			if p.Name == "" {
+				add(d.errorAt(fmt.Sprintf("%s.policies[%d].name", base, j), true, "required"))
+			}
+		}
+	}
+}
+
+func providerNames(d *Deployment) []string {
+	out := make([]string, 0, len(d.Providers))
+	for _, p := range d.Providers {
+		if p.Name != "" {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+func contextProblem(c string) string {
+	switch {
+	case c == "":
+		return "required: a path prefix like /openai"
+	case c == "/":
+		return `"/" is not allowed: give each route its own prefix like /openai`
+	case !strings.HasPrefix(c, "/"):
+		return fmt.Sprintf("context %q must start with /", c)
+	case strings.HasSuffix(c, "/"):
+		return fmt.Sprintf("context %q must not end with /", c)
+	case strings.Contains(c, "//"):
+		return fmt.Sprintf("context %q must not contain //", c)
+	case strings.ContainsAny(c, "?# \t\n%"):
+		return fmt.Sprintf("context %q must be a plain path (no query, fragment, spaces or escapes)", c)
+	}
+	for _, seg := range strings.Split(c[1:], "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Sprintf("context %q must not contain . or .. segments", c)
+		}
+	}
+	return ""
+}
