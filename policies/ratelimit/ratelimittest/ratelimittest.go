@@ -1,0 +1,216 @@
+// Package ratelimittest is a test harness for limit policies: a registry with
+// the policies under test plus tiny helper policies, memstore on a fake clock,
+// and a driver that runs a request through a chain the way the gateway does.
+package ratelimittest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"sluice/gwerror"
+	"sluice/llmapi"
+	"sluice/policies"
+	"sluice/policies/ratelimit/store"
+	"sluice/policies/ratelimit/store/memstore"
+	"sluice/policies/ratelimit/store/storetest"
+	"sluice/pricing"
+	"sluice/sharedctx"
+	"sluice/tokencount"
+)
+
+// Start is the fake clock's starting instant (mid-minute, mid-hour, mid-day).
+var Start = time.Date(2026, time.March, 14, 12, 30, 30, 0, time.UTC)
+
+// RejectName is a helper policy that rejects every request with 403.
+const RejectName = "test-reject"
+
+// Harness wires a registry, a memstore on a fake clock and metrics.
+type Harness struct {
+	T        testing.TB
+	Clock    *storetest.Clock
+	Store    *memstore.Store
+	Metrics  *prometheus.Registry
+	Svc      *policies.Services
+	Registry *policies.Registry
+}
+
+type rejecter struct{}
+
+func (rejecter) OnRequest(*policies.Call) *gwerror.Error {
+	return gwerror.New(http.StatusForbidden, gwerror.TypePermission, gwerror.CodeModelNotAllowed, "rejected by test")
+}
+
+type noParams struct{}
+
+// New returns a harness whose registry holds defs plus test-reject.
+func New(t testing.TB, defs ...policies.Definition) *Harness {
+	clock := storetest.NewClock(Start)
+	st := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: -1})
+	t.Cleanup(func() { _ = st.Close() })
+	cat, err := pricing.New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	all := append([]policies.Definition{policies.Define(RejectName, "v1", "rejects everything",
+		func(*noParams, policies.RouteInfo, *policies.Services) (policies.Policy, error) { return rejecter{}, nil })}, defs...)
+	return &Harness{
+		T: t, Clock: clock, Store: st, Metrics: reg,
+		Svc: &policies.Services{Now: clock.Now, Counters: st, Pricing: cat,
+			Tokens: tokencount.New(), Metrics: reg},
+		Registry: policies.NewRegistry(all...),
+	}
+}
+
+// Entry is a chain entry spec.
+func Entry(name string, params map[string]any) policies.EntrySpec {
+	return policies.EntrySpec{Name: name, Version: "v1", Params: params}
+}
+
+// Chain builds a chain on route; it fails the test on error.
+func (h *Harness) Chain(route string, specs ...policies.EntrySpec) *policies.Chain {
+	h.T.Helper()
+	ch, err := h.BuildChain(route, specs...)
+	if err != nil {
+		h.T.Fatalf("BuildChain: %v", err)
+	}
+	return ch
+}
+
+// BuildChain builds a chain on route, with x-llm-usage provided by the gateway.
+func (h *Harness) BuildChain(route string, specs ...policies.EntrySpec) (*policies.Chain, error) {
+	return h.Registry.BuildChain(policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, specs, h.Svc,
+		[]policies.MetaKey{{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse}})
+}
+
+// Req describes a chat request.
+type Req struct {
+	Model     string
+	MaxTokens int64
+	N         int
+	App       string
+	// Content is the user message ("hello" when empty).
+	Content string
+}
+
+// Call builds a call for a chat completion on route.
+func (h *Harness) Call(route string, r Req) *policies.Call {
+	h.T.Helper()
+	if r.Model == "" {
+		r.Model = "gpt-4o"
+	}
+	if r.Content == "" {
+		r.Content = "hello"
+	}
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]`, r.Model, r.Content)
+	if r.MaxTokens > 0 {
+		body += fmt.Sprintf(`,"max_tokens":%d`, r.MaxTokens)
+	}
+	if r.N > 0 {
+		body += fmt.Sprintf(`,"n":%d`, r.N)
+	}
+	body += "}"
+	llm, gerr := llmapi.Parse(llmapi.ChatCompletions, []byte(body))
+	if gerr != nil {
+		h.T.Fatalf("parse: %v", gerr)
+	}
+	sc := sharedctx.New("req-1", route, route, "openai")
+	sc.Model = r.Model
+	if r.App != "" {
+		sc.Metadata[sharedctx.KeyApplicationID] = r.App
+	}
+	return &policies.Call{Ctx: context.Background(), Shared: sc, ClientHeader: http.Header{},
+		Request: &policies.Request{Method: http.MethodPost, Path: "/v1/chat/completions", Header: http.Header{}, LLM: llm},
+		Started: h.Clock.Now()}
+}
+
+// Do runs call through ch like the gateway: the request phase, then (when
+// admitted) one upstream attempt and the final outcome o. It returns the
+// rejection, if any, and the run.
+func (h *Harness) Do(ch *policies.Chain, call *policies.Call, o policies.Outcome) (*gwerror.Error, *policies.Run) {
+	run := ch.Start(call)
+	if gerr := run.Request(); gerr != nil {
+		return gerr, run
+	}
+	if o.Kind != policies.Rejected && (o.Kind != policies.Failed || o.WentUpstream) {
+		run.MarkUpstream()
+	}
+	if o.Usage != nil {
+		call.Shared.Metadata[sharedctx.KeyLLMUsage] = o.Usage
+	}
+	run.Finish(o)
+	return nil, run
+}
+
+// Completed is a Completed outcome with usage u.
+func Completed(u *llmapi.Usage) policies.Outcome {
+	return policies.Outcome{Kind: policies.Completed, Status: 200, WentUpstream: true, Usage: u}
+}
+
+// Usage is complete authoritative usage for n choices.
+func Usage(prompt, completion int64, n int) *llmapi.Usage {
+	return &llmapi.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
+		Authoritative: true, ExpectedChoices: n, FinishedChoices: n}
+}
+
+// Remaining peeks a counter's remaining units.
+func (h *Harness) Remaining(key string, l store.Limit) int64 {
+	h.T.Helper()
+	var res store.Result
+	if err := h.Store.Peek(context.Background(), []store.Debit{{Key: key, Limit: l}}, &res); err != nil {
+		h.T.Fatal(err)
+	}
+	return res.Remaining[0]
+}
+
+// Gauge reads a gauge or counter value from the metrics registry by name and
+// labels (0 when absent).
+func (h *Harness) Gauge(name string, labels map[string]string) float64 {
+	h.T.Helper()
+	mfs, err := h.Metrics.Gather()
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			if !match(m, labels) {
+				continue
+			}
+			switch {
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+		return sum
+	}
+	return 0
+}
+
+func match(m *dto.Metric, labels map[string]string) bool {
+	for k, v := range labels {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
