@@ -165,7 +165,7 @@ type Policy struct {
 }
 
 var (
-	_ policies.Finalizer     = (*Policy)(nil)
+	_ policies.Finalizer      = (*Policy)(nil)
 	_ ratelimit.QuotaReporter = (*Policy)(nil)
 )
 

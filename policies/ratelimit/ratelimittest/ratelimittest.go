@@ -59,7 +59,9 @@ func New(t testing.TB, defs ...policies.Definition) *Harness {
 	}
 	reg := prometheus.NewRegistry()
 	all := append([]policies.Definition{policies.Define(RejectName, "v1", "rejects everything",
-		func(*noParams, policies.RouteInfo, *policies.Services) (policies.Policy, error) { return rejecter{}, nil })}, defs...)
+		func(*noParams, policies.RouteInfo, *policies.Services) (policies.Policy, error) {
+			return rejecter{}, nil
+		})}, defs...)
 	return &Harness{
 		T: t, Clock: clock, Store: st, Metrics: reg,
 		Svc: &policies.Services{Now: clock.Now, Counters: st, Pricing: cat,
