@@ -1,9 +1,6 @@
 package pricing
 
-import (
-	"regexp"
-	"strings"
-)
+import "strings"
 
 // Name matching. A request names a model in many spellings: "gpt-4o",
 // "openai/gpt-4o", "gpt-4o-2024-08-06", "models/gemini-2.5-pro",
@@ -23,20 +20,91 @@ import (
 // an unknown newer model ("claude-opus-4-7") is never priced as an older one.
 
 var (
-	bedrockRegion = regexp.MustCompile(`^(us|eu|apac|ap|ca|jp|au|global|us-gov)\.`)
-	bedrockVendor = regexp.MustCompile(`^(anthropic|meta|mistral|amazon|cohere|ai21|deepseek|openai|google|qwen|writer)\.`)
-	// versionSuffixes are tried in order; the first that matches is removed.
-	versionSuffixes = []*regexp.Regexp{
-		regexp.MustCompile(`-v\d+:\d+$`),               // Bedrock "-v1:0"
-		regexp.MustCompile(`-\d{4}-\d{2}-\d{2}$`),      // OpenAI "-2024-08-06"
-		regexp.MustCompile(`[-@]\d{8}$`),               // Anthropic "-20241022", Vertex "@20241022"
-		regexp.MustCompile(`-latest$`),                 // "-latest"
-		regexp.MustCompile(`-preview(-\d{2}-\d{2})?$`), // Gemini "-preview-05-20"
-		regexp.MustCompile(`-exp(-\d{2}-\d{2}|-\d{4})?$`),
-		regexp.MustCompile(`-\d{3}$`), // Gemini "-001"
-		regexp.MustCompile(`-\d{4}$`), // OpenAI "-0125", Mistral "-2411"
+	bedrockRegions = []string{"us.", "eu.", "apac.", "ap.", "ca.", "jp.", "au.", "global.", "us-gov."}
+	bedrockVendors = []string{"anthropic.", "meta.", "mistral.", "amazon.", "cohere.", "ai21.", "deepseek.", "openai.", "google.", "qwen.", "writer."}
+	// suffixShapes are tried in order after the Bedrock "-v1:0" form; the first
+	// that matches is removed. '#' stands for one ASCII digit.
+	suffixShapes = []string{
+		"-####-##-##", // OpenAI "-2024-08-06"
+		"-########",   // Anthropic "-20241022"
+		"@########",   // Vertex "@20241022"
+		"-latest",
+		"-preview-##-##", // Gemini "-preview-05-20"
+		"-preview",
+		"-exp-##-##",
+		"-exp-####",
+		"-exp",
+		"-###",  // Gemini "-001"
+		"-####", // OpenAI "-0125", Mistral "-2411"
 	}
 )
+
+// cutPrefixAny removes the first of prefixes that s starts with.
+func cutPrefixAny(s string, prefixes []string) (string, bool) {
+	for _, p := range prefixes {
+		if rest, ok := strings.CutPrefix(s, p); ok {
+			return rest, true
+		}
+	}
+	return s, false
+}
+
+// cutShape removes a suffix of the given shape, leaving a non-empty rest.
+func cutShape(s, shape string) (string, bool) {
+	n := len(s) - len(shape)
+	if n <= 0 {
+		return s, false
+	}
+	for i := 0; i < len(shape); i++ {
+		c := s[n+i]
+		if shape[i] == '#' {
+			if c < '0' || c > '9' {
+				return s, false
+			}
+		} else if c != shape[i] {
+			return s, false
+		}
+	}
+	return s[:n], true
+}
+
+// cutBedrockVersion removes a "-v<digits>:<digits>" suffix.
+func cutBedrockVersion(s string) (string, bool) {
+	colon := strings.LastIndexByte(s, ':')
+	if colon < 0 || !allDigits(s[colon+1:]) {
+		return s, false
+	}
+	v := strings.LastIndex(s[:colon], "-v")
+	if v <= 0 || !allDigits(s[v+2:colon]) {
+		return s, false
+	}
+	return s[:v], true
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// cutVersionSuffix removes one version suffix.
+func cutVersionSuffix(s string) (string, bool) {
+	if rest, ok := cutBedrockVersion(s); ok {
+		return rest, true
+	}
+	for _, shape := range suffixShapes {
+		if rest, ok := cutShape(s, shape); ok {
+			return rest, true
+		}
+	}
+	return s, false
+}
 
 func (c *Catalog) find(model string) *entry {
 	if e := c.get(model); e != nil {
@@ -55,27 +123,23 @@ func (c *Catalog) find(model string) *entry {
 			return e
 		}
 	}
-	if loc := bedrockRegion.FindStringIndex(s); loc != nil && bedrockVendor.MatchString(s[loc[1]:]) {
-		s = s[loc[1]:]
+	if rest, ok := cutPrefixAny(s, bedrockRegions); ok {
+		if _, vendor := cutPrefixAny(rest, bedrockVendors); vendor {
+			s = rest
+		}
 	}
-	if loc := bedrockVendor.FindStringIndex(s); loc != nil {
-		s = s[loc[1]:]
+	if rest, ok := cutPrefixAny(s, bedrockVendors); ok {
+		s = rest
 		if e := c.get(s); e != nil {
 			return e
 		}
 	}
 	for {
-		stripped := false
-		for _, re := range versionSuffixes {
-			if loc := re.FindStringIndex(s); loc != nil && loc[0] > 0 {
-				s = s[:loc[0]]
-				stripped = true
-				break
-			}
-		}
-		if !stripped {
+		rest, ok := cutVersionSuffix(s)
+		if !ok {
 			return nil
 		}
+		s = rest
 		if e := c.get(s); e != nil {
 			return e
 		}

@@ -318,3 +318,52 @@ func TestForPromptPicksHighestTier(t *testing.T) {
 		}
 	}
 }
+
+func TestDocsListEveryEmbeddedModel(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "pricing.md"))
+	if err != nil {
+		t.Skipf("docs/pricing.md not readable: %v", err)
+	}
+	for _, m := range embedded(t).Models() {
+		if !strings.Contains(string(doc), "`"+m.Name+"`") {
+			t.Errorf("docs/pricing.md does not list %s", m.Name)
+		}
+	}
+	if !strings.Contains(string(doc), embedded(t).Date()) {
+		t.Errorf("docs/pricing.md does not state the table date %s", embedded(t).Date())
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	c := embedded(t)
+	done := make(chan struct{})
+	for i := 0; i < 8; i++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for j := 0; j < 200; j++ {
+				if _, ok := c.CostMicros("us.anthropic.claude-sonnet-4-5-20250929-v1:0", &llmapi.Usage{PromptTokens: 10}); !ok {
+					t.Error("lookup failed")
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		<-done
+	}
+}
+
+func BenchmarkResolve(b *testing.B) {
+	c, err := New("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"gpt-4o", "openai/gpt-4o-2024-08-06", "us.anthropic.claude-sonnet-4-5-20250929-v1:0", "unknown-model-x"} {
+		b.Run(name, func(b *testing.B) {
+			u := &llmapi.Usage{PromptTokens: 1000, CompletionTokens: 100}
+			for i := 0; i < b.N; i++ {
+				c.CostMicros(name, u)
+			}
+		})
+	}
+}
