@@ -252,7 +252,7 @@ func (s *Store) Adjust(_ context.Context, debits []store.Debit, t *store.Ticket,
 		if c == nil || c.alg != l.Algorithm {
 			continue // window ended and evicted, or never charged
 		}
-		if st, ok := c.st.AdjustWindow(c.st.Stamp, deltas[i]); ok {
+		if st, ok := c.st.AdjustWindow(t.Window[i], deltas[i]); ok {
 			c.st = st
 		}
 	}
