@@ -78,16 +78,22 @@ func Check(d *Deployment, reg *policies.Registry) error {
 }
 
 // checkServices are services good enough to construct any policy: the
-// deployment's own key index, a clock, a silent logger, an empty price
-// catalog, the tokenizer, and a counter store that is never called during
-// construction (it reports itself unavailable if it were).
+// deployment's own key index, a clock, a silent logger, the embedded price
+// catalog (so a policy's pricingFile is still checked against it), the
+// tokenizer, and a counter store that is never called during construction
+// (it reports itself unavailable if it were). Nothing is registered for
+// metrics.
 func checkServices(d *Deployment) *policies.Services {
+	cat, err := pricing.New("")
+	if err != nil {
+		cat = &pricing.Catalog{}
+	}
 	return &policies.Services{
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:      time.Now,
 		Keys:     NewKeyIndex(d),
 		Counters: unavailableStore{},
-		Pricing:  &pricing.Catalog{},
+		Pricing:  cat,
 		Tokens:   tokencount.New(),
 	}
 }

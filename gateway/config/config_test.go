@@ -487,8 +487,8 @@ func TestParamPathNumericMapKey(t *testing.T) {
 
 func TestEmptyAndMultiDocument(t *testing.T) {
 	for src, want := range map[string]string{
-		"":                           "deploy.yaml:1:1: the document is empty",
-		"# nothing\n":                "deploy.yaml:1:1: the document is empty",
+		"":                         "deploy.yaml:1:1: the document is empty",
+		"# nothing\n":              "deploy.yaml:1:1: the document is empty",
 		header + "---\nfoo: bar\n": "deploy.yaml:16:1: only one YAML document is allowed",
 	} {
 		_, err := ParseEnv([]byte(src), "deploy.yaml", env(nil))
@@ -503,5 +503,32 @@ func TestValidateInMemoryDocument(t *testing.T) {
 	err := Validate(d)
 	if err == nil || err.Error() != `deployment: routes[0].provider: unknown provider "p" (defined: )` {
 		t.Errorf("got %v", err)
+	}
+}
+
+func TestParseWithRegistryReportsEverything(t *testing.T) {
+	src := header + `      - name: fake-nope
+  - name: r2
+    context: /b
+    provider: nope
+    policies: 5
+`
+	_, err := parse([]byte(src), "deploy.yaml", env(nil), testRegistry())
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("got %v", err)
+	}
+	want := []string{
+		"deploy.yaml:15:15: routes[0].policies[1].name: unknown policy",
+		"deploy.yaml:18:15: routes[1].provider: unknown provider",
+		"deploy.yaml:19:15: routes[1].policies: expected a list, got an integer",
+	}
+	if len(errs) != len(want) {
+		t.Fatalf("got %d errors, want %d:\n%v", len(errs), len(want), errs)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(errs[i].Error(), w) {
+			t.Errorf("error %d: got %s, want %s...", i, errs[i], w)
+		}
 	}
 }

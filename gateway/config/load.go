@@ -11,6 +11,8 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"sluice/policies"
 )
 
 // APIVersion is the only document version this gateway reads.
@@ -46,6 +48,23 @@ func Parse(data []byte, source string) (*Deployment, error) {
 // (unknown fields are errors), fills defaults and validates. On error it
 // returns nil and Errors.
 func ParseEnv(data []byte, source string, lookup LookupFunc) (*Deployment, error) {
+	return parse(data, source, lookup, nil)
+}
+
+// LoadAndCheck is Load followed by Check against reg, except that it reports
+// every problem at once: policy chains are checked even when other parts of
+// the document are wrong. This is what `sluice validate` runs.
+func LoadAndCheck(path string, reg *policies.Registry) (*Deployment, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading deployment: %w", err)
+	}
+	return parse(data, path, os.LookupEnv, reg)
+}
+
+// parse decodes, defaults and validates data; with a registry it also builds
+// the chains as Check does.
+func parse(data []byte, source string, lookup LookupFunc, reg *policies.Registry) (*Deployment, error) {
 	dep, dec, errs := decodeDocument(data, source, lookup)
 	if errs != nil {
 		return nil, errs
@@ -53,7 +72,18 @@ func ParseEnv(data []byte, source string, lookup LookupFunc) (*Deployment, error
 	dep.positions = dec.idx
 	dep.Source = source
 	applyDefaults(dep)
-	for _, e := range validate(dep) {
+	found := validate(dep)
+	if reg != nil {
+		if _, err := BuildChains(dep, reg, checkServices(dep)); err != nil {
+			var ce Errors
+			if errors.As(err, &ce) {
+				found = append(found, ce...)
+			} else {
+				found = append(found, &Error{File: source, Message: err.Error()})
+			}
+		}
+	}
+	for _, e := range found {
 		if !dec.insideFailed(e.Field) {
 			dec.errs = append(dec.errs, e)
 		}
