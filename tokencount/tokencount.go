@@ -7,7 +7,8 @@
 //
 // Texts whose total size exceeds SampleThreshold are counted exactly on a bounded
 // sample (SampleWindows windows of SampleWindowBytes spread evenly over the text)
-// and extrapolated by bytes; see docs/benchmarks-tokencount.md for the measured error.
+// and extrapolated by bytes. Measured error (TestSampledModeError): under 0.1% on
+// repetitive prose and CJK, 1-2% on Go source (100 KB and 1 MB).
 package tokencount
 
 import (
@@ -21,11 +22,13 @@ import (
 
 const (
 	// SampleThreshold is the text size (bytes, summed over a request's texts)
-	// above which counting switches to the sampled mode.
-	SampleThreshold = 256 << 10
-	// SampleWindows and SampleWindowBytes size the sample: 16 x 4 KiB.
-	SampleWindows     = 16
-	SampleWindowBytes = 4 << 10
+	// above which counting switches to the sampled mode. The embedded BPE counts
+	// only a few MB/s per core, so exact counting is capped at 64 KiB (~10-20 ms).
+	SampleThreshold = 64 << 10
+	// SampleWindows and SampleWindowBytes size the sample: 32 x 1 KiB. Many small
+	// windows track mixed content better than a few large ones (measured).
+	SampleWindows     = 32
+	SampleWindowBytes = 1 << 10
 )
 
 type encodingID int
@@ -126,10 +129,16 @@ func (c *Counter) countTexts(id encodingID, texts []string) int64 {
 		}
 		return n
 	}
-	stride := total / SampleWindows
+	return c.countSampled(id, texts, total, SampleWindows, SampleWindowBytes)
+}
+
+// countSampled counts windows windows of about size bytes each, spread evenly over
+// the concatenation of texts (total bytes), and extrapolates by bytes.
+func (c *Counter) countSampled(id encodingID, texts []string, total, windows, size int) int64 {
+	stride := total / windows
 	var sampledBytes, sampledTokens int64
 	ti, base := 0, 0 // texts[ti] starts at offset base of the concatenation
-	for w := 0; w < SampleWindows; w++ {
+	for w := 0; w < windows; w++ {
 		off := w * stride
 		for ti < len(texts) && base+len(texts[ti]) <= off {
 			base += len(texts[ti])
@@ -138,7 +147,7 @@ func (c *Counter) countTexts(id encodingID, texts []string) int64 {
 		if ti == len(texts) {
 			break
 		}
-		win := window(texts[ti], off-base, SampleWindowBytes)
+		win := window(texts[ti], off-base, size)
 		if win == "" {
 			continue
 		}

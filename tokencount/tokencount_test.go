@@ -1,0 +1,219 @@
+package tokencount
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"sluice/llmapi"
+)
+
+func TestEncodingFor(t *testing.T) {
+	tests := map[string]string{
+		"gpt-4o": "o200k_base", "gpt-4o-mini-2024-07-18": "o200k_base", "gpt-4.1-nano": "o200k_base",
+		"gpt-5": "o200k_base", "o3-mini": "o200k_base", "o1": "o200k_base", "o4-mini": "o200k_base",
+		"gpt-4": "cl100k_base", "gpt-4-turbo": "cl100k_base", "gpt-3.5-turbo": "cl100k_base",
+		"text-embedding-3-small": "cl100k_base", "ft:gpt-3.5-turbo:acme::x": "cl100k_base",
+		"openai/gpt-4": "cl100k_base", "GPT-4O": "o200k_base",
+		"claude-sonnet-4-5": "o200k_base", "llama-3-70b": "o200k_base", "": "o200k_base",
+	}
+	for model, want := range tests {
+		if got := EncodingName(model); got != want {
+			t.Errorf("EncodingName(%q) = %s, want %s", model, got, want)
+		}
+	}
+}
+
+func TestCountKnownValues(t *testing.T) {
+	c := New()
+	tests := []struct {
+		model, text string
+		want        int
+	}{
+		{"gpt-4o", "", 0},
+		{"gpt-4o", "hello world", 2},
+		{"gpt-4", "hello world", 2},
+		{"gpt-4o", "tok tok tok tok ", 5},
+		// o200k's larger vocabulary packs non-English text tighter than cl100k:
+		// a check that the model family picks the encoding.
+		{"gpt-4", "大規模言語モデル", 11},
+		{"gpt-4o", "大規模言語モデル", 6},
+		{"gpt-3.5-turbo", "Привет, как дела?", 8},
+		{"gpt-5", "Привет, как дела?", 6},
+	}
+	for _, tt := range tests {
+		if got := c.Count(tt.model, tt.text); got != tt.want {
+			t.Errorf("Count(%s, %q) = %d, want %d", tt.model, tt.text, got, tt.want)
+		}
+	}
+}
+
+func parse(t testing.TB, ep llmapi.Endpoint, body string) *llmapi.Request {
+	t.Helper()
+	r, err := llmapi.Parse(ep, []byte(body))
+	if err != nil {
+		t.Fatalf("parse %s: %v", body, err)
+	}
+	return r
+}
+
+func TestEstimatePrompt(t *testing.T) {
+	c := New()
+	hw := int64(c.Count("gpt-4o", "hello world")) // 2
+	user := int64(c.Count("gpt-4o", "user"))
+	tests := []struct {
+		name string
+		ep   llmapi.Endpoint
+		body string
+		want int64
+	}{
+		{"chat one message", llmapi.ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":"hello world"}]}`,
+			TokensPerMessage + user + hw + ReplyPriming},
+		{"chat name costs one more", llmapi.ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","name":"user","content":"hello world"}]}`,
+			TokensPerMessage + 2*user + 1 + hw + ReplyPriming},
+		{"chat parts with image", llmapi.ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"hello world"},{"type":"image_url","image_url":{"url":"data:..."}}]}]}`,
+			TokensPerMessage + user + hw + ImagePartTokens + ReplyPriming},
+		{"chat escaped text is unescaped", llmapi.ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":"hello\u0020world"}]}`,
+			TokensPerMessage + user + hw + ReplyPriming},
+		{"anthropic system and blocks", llmapi.Messages, `{"model":"claude-x","max_tokens":5,"system":"hello world","messages":[{"role":"user","content":[{"type":"text","text":"hello world"}]}]}`,
+			hw + TokensPerMessage + user + hw + ReplyPriming},
+		{"anthropic tool_result", llmapi.Messages, `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"hello world"}]}]}`,
+			TokensPerMessage + user + hw + ReplyPriming},
+		{"completions string", llmapi.Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":"hello world"}`, hw},
+		{"completions batch summed", llmapi.Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":["hello world","hello world","hello world"]}`, 3 * hw},
+		{"completions token ids", llmapi.Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":[1,2,3,4]}`, 4},
+		{"embeddings strings", llmapi.Embeddings, `{"model":"text-embedding-3-small","input":["hello world","hello world"]}`, 2 * hw},
+		{"embeddings token arrays", llmapi.Embeddings, `{"model":"text-embedding-3-small","input":[[1,2],[3,4,5]]}`, 5},
+		{"responses string input", llmapi.Responses, `{"model":"gpt-4.1","input":"hello world","instructions":"hello world"}`,
+			hw + TokensPerMessage + 1 + ReplyPriming + hw},
+		{"responses items", llmapi.Responses, `{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_text","text":"hello world"}]}]}`,
+			TokensPerMessage + user + hw + ReplyPriming},
+		{"missing material", llmapi.ChatCompletions, `{"model":"gpt-4o"}`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := c.EstimatePrompt(parse(t, tt.ep, tt.body)); got != tt.want {
+				t.Errorf("EstimatePrompt = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	if c.EstimatePrompt(nil) != 0 {
+		t.Error("nil request")
+	}
+}
+
+func TestToolsCounted(t *testing.T) {
+	c := New()
+	base := c.EstimatePrompt(parse(t, llmapi.ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`))
+	with := c.EstimatePrompt(parse(t, llmapi.ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]}`))
+	if with <= base+10 {
+		t.Errorf("tools add %d tokens", with-base)
+	}
+}
+
+// corpus returns realistic mixed text: Go sources and docs from GOROOT.
+func corpus(t testing.TB, size int) string {
+	t.Helper()
+	var b strings.Builder
+	files, _ := filepath.Glob(filepath.Join(runtime.GOROOT(), "src", "net", "http", "*.go"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		b.Write(data)
+		if b.Len() >= size {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		t.Skip("no GOROOT sources for a corpus")
+	}
+	for b.Len() < size {
+		b.WriteString(b.String()[:min(b.Len(), size-b.Len())])
+	}
+	return b.String()[:size]
+}
+
+func TestSampledModeError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("counts megabytes exactly")
+	}
+	c := New()
+	prose := strings.Repeat("The quick brown fox jumps over the lazy dog while the gateway counts tokens. ", 6000)
+	cjk := strings.Repeat("大規模言語モデルのゲートウェイはトークンを数える。", 12000)
+	for name, text := range map[string]string{"go source 1MB": corpus(t, 1<<20), "go source 100KB": corpus(t, 100<<10),
+		"prose": prose, "cjk": cjk} {
+		exact := c.exact(o200k, text)
+		sampled := c.countTexts(o200k, []string{text})
+		errPct := 100 * math.Abs(float64(sampled-exact)) / float64(exact)
+		t.Logf("%s: %d bytes, exact %d, sampled %d, error %.2f%%", name, len(text), exact, sampled, errPct)
+		if errPct > 5 {
+			t.Errorf("%s: sampled error %.2f%% above 5%%", name, errPct)
+		}
+	}
+}
+
+func TestCountSampledAcrossPieces(t *testing.T) {
+	c := New()
+	piece := strings.Repeat("hello world ", 2000) // 24 KB
+	texts := make([]string, 20)                   // 480 KB total: sampled
+	for i := range texts {
+		texts[i] = piece
+	}
+	exact := 20 * c.exact(o200k, piece)
+	got := c.countTexts(o200k, texts)
+	if d := math.Abs(float64(got-exact)) / float64(exact); d > 0.02 {
+		t.Errorf("sampled %d vs exact %d", got, exact)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	c := New()
+	var wg sync.WaitGroup
+	results := make([]int, 16)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			model := []string{"gpt-4o", "gpt-4"}[i%2]
+			results[i] = c.Count(model, "concurrent counting is safe")
+		}()
+	}
+	wg.Wait()
+	for i := 2; i < len(results); i++ {
+		if results[i] != results[i%2] {
+			t.Fatalf("results differ: %v", results)
+		}
+	}
+}
+
+func chatBody(t testing.TB, size int) *llmapi.Request {
+	text := corpus(t, size)
+	body, _ := json.Marshal(map[string]any{
+		"model":    "gpt-4o",
+		"messages": []map[string]string{{"role": "system", "content": "You are helpful."}, {"role": "user", "content": text}},
+	})
+	return parse(t, llmapi.ChatCompletions, string(body))
+}
+
+func BenchmarkEstimate(b *testing.B) {
+	c := New()
+	for _, size := range []int{1 << 10, 100 << 10, 1 << 20} {
+		req := chatBody(b, size)
+		c.EstimatePrompt(req) // load the vocabulary outside the timing
+		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				c.EstimatePrompt(req)
+			}
+		})
+	}
+}
