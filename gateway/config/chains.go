@@ -46,6 +46,14 @@ func BuildChains(d *Deployment, reg *policies.Registry, svc *policies.Services) 
 			Provider: r.Provider, ProviderType: types[r.Provider],
 			Attachment: "route",
 		}
+		// BuildChain stops at the first bad entry; decoding every entry's
+		// params first (pure, nothing is constructed) reports them all.
+		if pre := precheck(reg, info, specs); len(pre) > 0 {
+			for _, e := range pre {
+				errs = append(errs, d.chainErrors(reg, i, e)...)
+			}
+			continue
+		}
 		ch, err := reg.BuildChain(info, specs, svc, GatewayProvided)
 		if err != nil {
 			errs = append(errs, d.chainErrors(reg, i, err)...)
@@ -57,6 +65,43 @@ func BuildChains(d *Deployment, reg *policies.Registry, svc *policies.Services) 
 		return nil, errs.normalize()
 	}
 	return chains, nil
+}
+
+// precheck resolves every entry's definition and decodes its params, without
+// constructing anything, and returns the problems of all entries.
+func precheck(reg *policies.Registry, info policies.RouteInfo, specs []policies.EntrySpec) []*policies.EntryError {
+	var out []*policies.EntryError
+	for i, s := range specs {
+		if s.Name == "" {
+			continue // Validate reports it
+		}
+		version := s.Version
+		if version == "" {
+			version = DefaultPolicyVersion
+		}
+		def, ok := reg.Lookup(s.Name, version)
+		if !ok {
+			// An unknown name or version fails before construction; let the
+			// registry phrase it.
+			_, err := reg.BuildChain(info, []policies.EntrySpec{s}, nil, nil)
+			var ee *policies.EntryError
+			if errors.As(err, &ee) {
+				e := *ee
+				e.Index = i
+				out = append(out, &e)
+			}
+			continue
+		}
+		if _, err := reg.DecodeParams(def, s.Params); err != nil {
+			var pe policies.ParamErrors
+			if errors.As(err, &pe) {
+				out = append(out, &policies.EntryError{Index: i, Field: "params", Params: pe})
+			} else {
+				out = append(out, &policies.EntryError{Index: i, Field: "params", Message: err.Error()})
+			}
+		}
+	}
+	return out
 }
 
 // Check validates d and builds its chains against reg without serving them,

@@ -532,3 +532,26 @@ func TestParseWithRegistryReportsEverything(t *testing.T) {
 		}
 	}
 }
+
+func TestEveryBadEntryOfARouteReported(t *testing.T) {
+	src := header + `      - name: fake-nope
+      - name: fake-limit
+        params: {bogus: 1}
+      - name: fake-limit
+        version: v2
+`
+	_, errs := load(t, src, nil)
+	want := []string{
+		"deploy.yaml:15:15: routes[0].policies[1].name: unknown policy",
+		"deploy.yaml:17:18: routes[0].policies[2].params.bogus: unknown parameter",
+		"deploy.yaml:19:18: routes[0].policies[3].version: policy \"fake-limit\" has no version \"v2\"",
+	}
+	if len(errs) != len(want) {
+		t.Fatalf("got %d errors, want %d:\n%v", len(errs), len(want), errs)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(errs[i].Error(), w) {
+			t.Errorf("error %d: got %s, want %s...", i, errs[i], w)
+		}
+	}
+}
