@@ -39,8 +39,11 @@ type Counters struct {
 
 // Redis configures the redis counter store.
 type Redis struct {
-	URL          string   `yaml:"url"`
-	Addrs        []string `yaml:"addrs"`
+	URL   string   `yaml:"url"`
+	Addrs []string `yaml:"addrs"`
+	// Cluster forces Redis Cluster with a single seed; several addrs select
+	// it anyway.
+	Cluster      bool     `yaml:"cluster"`
 	Username     string   `yaml:"username"`
 	Password     string   `yaml:"password"`
 	TLS          bool     `yaml:"tls"`

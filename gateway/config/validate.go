@@ -67,8 +67,8 @@ func validateCounters(d *Deployment, add func(*Error)) {
 	r := c.Redis
 	if r.URL != "" {
 		u, err := url.Parse(r.URL)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
-			add(d.errorAt("counters.redis.url", false, "want a redis://, rediss:// or unix:// URL"))
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			add(d.errorAt("counters.redis.url", false, "want a redis:// or rediss:// URL with a host"))
 		}
 	}
 	for i, a := range r.Addrs {
