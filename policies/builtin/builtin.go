@@ -5,8 +5,12 @@ package builtin
 import (
 	"sluice/policies"
 	"sluice/policies/apikeyauth"
+	"sluice/policies/basicratelimit"
+	"sluice/policies/costratelimit"
 	"sluice/policies/llmcost"
 	"sluice/policies/modelaccess"
+	"sluice/policies/ratelimit"
+	"sluice/policies/tokenratelimit"
 )
 
 // Definitions returns the built-in definitions.
@@ -15,6 +19,10 @@ func Definitions() []policies.Definition {
 		apikeyauth.Definition(),
 		modelaccess.Definition(),
 		llmcost.Definition(),
+		tokenratelimit.Definition(),
+		basicratelimit.Definition(),
+		costratelimit.Definition(),
+		ratelimit.Definition(),
 	}
 }
 

@@ -1,0 +1,68 @@
+package basicratelimit_test
+
+import (
+	"testing"
+	"time"
+
+	"sluice/gwerror"
+	"sluice/policies"
+	"sluice/policies/basicratelimit"
+	"sluice/policies/ratelimit/ratelimittest"
+	"sluice/policies/ratelimit/store"
+)
+
+const route = "r"
+
+func TestRequestCounting(t *testing.T) {
+	cases := []struct {
+		name    string
+		o       policies.Outcome
+		reject  bool
+		charged int64
+	}{
+		{"completed counts", ratelimittest.Completed(ratelimittest.Usage(10, 10, 1)), false, 1},
+		{"completed without usage counts", ratelimittest.Completed(nil), false, 1},
+		{"upstream failure counts", policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}, false, 1},
+		{"cancelled counts", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, false, 1},
+		{"later rejection refunds", ratelimittest.Completed(nil), true, 0},
+	}
+	l := store.Limit{Algorithm: store.TokenBucket, Max: 5, Period: time.Minute}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := ratelimittest.New(t, basicratelimit.Definition())
+			specs := []policies.EntrySpec{ratelimittest.Entry(basicratelimit.Name, map[string]any{
+				"limits": []any{map[string]any{"requests": 5, "duration": "1m"}}, "consumerBased": true})}
+			if tc.reject {
+				specs = append(specs, ratelimittest.Entry(ratelimittest.RejectName, nil))
+			}
+			ch := h.Chain(route, specs...)
+			h.Do(ch, h.Call(route, ratelimittest.Req{App: "a"}), tc.o)
+			if got := 5 - h.Remaining("{r:a}:basic-ratelimit:requests:bucket-1m", l); got != tc.charged {
+				t.Fatalf("charged %d, want %d", got, tc.charged)
+			}
+		})
+	}
+}
+
+func TestDenialAndHeaders(t *testing.T) {
+	h := ratelimittest.New(t, basicratelimit.Definition())
+	ch := h.Chain(route, ratelimittest.Entry(basicratelimit.Name, map[string]any{
+		"limits": []any{map[string]any{"requests": 2, "duration": "1m"}, map[string]any{"requests": 100, "duration": "1d"}}}))
+	for i := range 2 {
+		call := h.Call(route, ratelimittest.Req{})
+		if gerr, _ := h.Do(ch, call, ratelimittest.Completed(nil)); gerr != nil {
+			t.Fatal(gerr)
+		}
+		if got, want := call.ClientHeader.Get("x-ratelimit-remaining-requests"), []string{"1", "0"}[i]; got != want {
+			t.Fatalf("request %d: remaining header %q, want %q", i, got, want)
+		}
+	}
+	gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), ratelimittest.Completed(nil))
+	if gerr == nil || gerr.Code != gwerror.CodeRateLimitExceeded {
+		t.Fatalf("want rate_limit_exceeded, got %v", gerr)
+	}
+	// One request at 2 per minute refills in 30s.
+	if gerr.RetryAfter != 30*time.Second {
+		t.Fatalf("Retry-After %v", gerr.RetryAfter)
+	}
+}

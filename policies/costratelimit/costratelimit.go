@@ -1,0 +1,236 @@
+// Package costratelimit is the `llm-cost-based-ratelimit` policy: USD budgets
+// per route (backend) or per application (consumer). It reserves an estimated
+// cost (counted in micro-USD) before the request and settles, in its final
+// phase, with the real cost that llm-cost wrote to Metadata x-llm-cost.
+package costratelimit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"sluice/gwerror"
+	"sluice/policies"
+	"sluice/policies/ratelimit"
+	"sluice/sharedctx"
+)
+
+// Name is the policy name.
+const Name = "llm-cost-based-ratelimit"
+
+// MinReservation is the smallest cost reserved (micro-USD): a spent budget
+// (remaining 0) then denies even a request whose estimate is 0 (unknown model).
+const MinReservation = 1
+
+// Params configures llm-cost-based-ratelimit.
+type Params struct {
+	// BudgetLimits caps spend in USD per duration.
+	BudgetLimits []BudgetLimit `json:"budgetLimits" jsonschema:"required,minItems=1"`
+	// ConsumerBased keeps one budget per application (route:appid; route:default
+	// without an application id) instead of one shared by the route.
+	ConsumerBased bool `json:"consumerBased,omitempty"`
+	// Algorithm: calendar (default: "30d"/720h is the UTC calendar month, other
+	// durations are UTC-aligned fixed windows), fixed-window or token-bucket.
+	Algorithm string `json:"algorithm,omitempty" jsonschema:"enum=token-bucket,enum=fixed-window,enum=calendar"`
+	// ReserveOutput: maxTokens (default) prices the request's max tokens times n
+	// as output in the estimate; none prices the prompt only.
+	ReserveOutput string `json:"reserveOutput,omitempty" jsonschema:"enum=none,enum=maxTokens"`
+	// Overrides give the listed applications other budgets (consumerBased only).
+	Overrides []Override `json:"overrides,omitempty"`
+}
+
+// BudgetLimit is an `{amount, duration}` entry.
+type BudgetLimit struct {
+	// Amount is the budget in USD (at least 0.000001).
+	Amount float64 `json:"amount" jsonschema:"required,minimum=0.000001"`
+	// Duration is the period: "1h", "1d", "30d" (the UTC calendar month with the
+	// default calendar algorithm).
+	Duration policies.Duration `json:"duration" jsonschema:"required"`
+}
+
+// Override is a per-application budget set; it replaces the default budgets.
+type Override struct {
+	Applications []string      `json:"applications" jsonschema:"required,minItems=1"`
+	BudgetLimits []BudgetLimit `json:"budgetLimits" jsonschema:"required,minItems=1"`
+}
+
+func (p *Params) algorithm() string {
+	if p.Algorithm == "" {
+		return ratelimit.AlgCalendar
+	}
+	return p.Algorithm
+}
+
+func micros(usd float64) int64 { return int64(math.Round(usd * 1e6)) }
+
+func (p *Params) check(prefix []string, ls []BudgetLimit, errs *policies.ParamErrors) {
+	ds := make([]time.Duration, len(ls))
+	for i, l := range ls {
+		ds[i] = l.Duration.D()
+		path := append(append([]string(nil), prefix...), ratelimit.ParamPath("budgetLimits", i)...)
+		if micros(l.Amount) < 1 {
+			*errs = append(*errs, &policies.ParamError{Path: append(path, "amount"), Message: "amount must be at least 0.000001 USD"})
+			continue
+		}
+		if _, err := ratelimit.LimitFor(p.algorithm(), l.Duration.D(), micros(l.Amount)); err != nil {
+			*errs = append(*errs, &policies.ParamError{Path: append(path, "duration"), Message: err.Error()})
+		}
+	}
+	if pe := ratelimit.ValidateDurations("budgetLimits", ds); pe != nil {
+		pe.Path = append(append([]string(nil), prefix...), pe.Path...)
+		*errs = append(*errs, pe)
+	}
+}
+
+// Validate checks what the schema cannot.
+func (p *Params) Validate() error {
+	var errs policies.ParamErrors
+	p.check(nil, p.BudgetLimits, &errs)
+	if len(p.Overrides) > 0 && !p.ConsumerBased {
+		errs = append(errs, &policies.ParamError{Path: []string{"overrides"}, Message: "overrides are per application: they need consumerBased: true"})
+	}
+	seen := map[string]bool{}
+	for i, o := range p.Overrides {
+		p.check(ratelimit.ParamPath("overrides", i), o.BudgetLimits, &errs)
+		for j, app := range o.Applications {
+			if app == "" || seen[app] {
+				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("overrides", i, "applications", j),
+					Message: fmt.Sprintf("application %q is empty or listed in two overrides", app)})
+			}
+			seen[app] = true
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// Definition is the policy's catalog entry. It reads x-llm-cost in the final
+// phase, so llm-cost must be listed after it (final phases run in reverse).
+func Definition() policies.Definition {
+	d := policies.Define(Name, "v1",
+		"USD budgets per route or per application: reserves an estimated cost, settles with the real cost from llm-cost.",
+		build)
+	d.Reads = []policies.MetaKey{
+		{Key: sharedctx.KeyApplicationID, Phase: policies.PhaseRequest, Optional: true},
+		{Key: sharedctx.KeyLLMCost, Phase: policies.PhaseFinal},
+		{Key: sharedctx.KeyLLMCostStatus, Phase: policies.PhaseFinal},
+	}
+	return d
+}
+
+// Policy is one llm-cost-based-ratelimit instance.
+type Policy struct {
+	eng        *ratelimit.Engine
+	svc        *policies.Services
+	scoper     *ratelimit.Scoper
+	overrideOf map[string]int
+	groups     [][]int
+	reserveOut bool
+}
+
+var (
+	_ policies.Finalizer      = (*Policy)(nil)
+	_ ratelimit.QuotaReporter = (*Policy)(nil)
+)
+
+func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
+	if svc.Counters == nil {
+		return nil, errors.New("no counter store")
+	}
+	var counters []ratelimit.Counter
+	add := func(ls []BudgetLimit) ([]int, error) {
+		var idx []int
+		for _, l := range ls {
+			lim, err := ratelimit.LimitFor(p.algorithm(), l.Duration.D(), micros(l.Amount))
+			if err != nil {
+				return nil, err
+			}
+			idx = append(idx, len(counters))
+			counters = append(counters, ratelimit.Counter{Meter: 0, Limit: lim})
+		}
+		return idx, nil
+	}
+	base, err := add(p.BudgetLimits)
+	if err != nil {
+		return nil, err
+	}
+	pol := &Policy{svc: svc, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased),
+		overrideOf: map[string]int{}, groups: [][]int{base}, reserveOut: p.ReserveOutput != "none"}
+	for i, o := range p.Overrides {
+		idx, err := add(o.BudgetLimits)
+		if err != nil {
+			return nil, err
+		}
+		pol.groups = append(pol.groups, idx)
+		for _, app := range o.Applications {
+			pol.overrideOf[app] = i + 1
+		}
+	}
+	pol.eng, err = ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Counters: counters,
+		Meters: []ratelimit.Meter{{Name: "cost", Unit: ratelimit.UnitUSDMicros}}})
+	if err != nil {
+		return nil, err
+	}
+	return pol, nil
+}
+
+// Engine exposes the instance's engine.
+func (p *Policy) Engine() *ratelimit.Engine { return p.eng }
+
+func (p *Policy) sel(id string) []int { return p.groups[p.overrideOf[id]] }
+
+// Estimate is the reserved cost of the request in micro-USD: the catalog's
+// price of the estimated prompt plus, with reserveOutput maxTokens, max tokens
+// times n of output; at least MinReservation (an unknown model estimates 0).
+func (p *Policy) Estimate(c *policies.Call) int64 {
+	var est int64
+	if p.svc.Pricing != nil {
+		prompt := ratelimit.PromptTokens(c, p.svc.Tokens)
+		var out int64
+		if bound, n, ok := ratelimit.OutputBound(c, 0); ok && p.reserveOut {
+			out = bound * n
+		}
+		est, _ = p.svc.Pricing.EstimateMicros(ratelimit.RequestModel(c), prompt, out)
+	}
+	return max(est, MinReservation)
+}
+
+// OnRequest reserves the estimated cost.
+func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
+	id := p.scoper.ID(c)
+	a := ratelimit.Admission{Scope: p.scoper.Scope(p.eng, id), Counters: p.sel(id)}
+	a.Amounts[0] = p.Estimate(c)
+	_, gerr := p.eng.Reserve(c, &a)
+	return gerr
+}
+
+// OnFinal settles with x-llm-cost when llm-cost calculated it, else closes at
+// the estimate (see ratelimit.Engine.Finish for the other outcomes).
+func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) { p.eng.Finish(c, o, p) }
+
+// Actual reads the real cost (USD) from Metadata, in micro-USD rounded up. It
+// trusts it only when the usage it was priced from is complete (a partial
+// n>1 stream closes at the estimate, like the token limits).
+func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) bool {
+	if !ratelimit.Usage(c, o).Complete() {
+		return false
+	}
+	if c.Shared.String(sharedctx.KeyLLMCostStatus) != "calculated" {
+		return false
+	}
+	usd, ok := c.Shared.Float(sharedctx.KeyLLMCost)
+	if !ok || usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
+		return false
+	}
+	a[0] = int64(math.Ceil(usd*1e6 - 1e-9))
+	return true
+}
+
+// Quota reports the caller's budgets.
+func (p *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
+	id := p.scoper.ID(c)
+	return p.eng.Quota(c.Ctx, p.scoper.Scope(p.eng, id), p.sel(id))
+}

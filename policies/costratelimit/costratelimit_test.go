@@ -1,0 +1,135 @@
+package costratelimit_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/gwerror"
+	"sluice/llmapi"
+	"sluice/policies"
+	"sluice/policies/costratelimit"
+	"sluice/policies/llmcost"
+	"sluice/policies/ratelimit/ratelimittest"
+	"sluice/policies/ratelimit/store"
+)
+
+const route = "r"
+
+func budget(amount float64, d string) []any {
+	return []any{map[string]any{"amount": amount, "duration": d}}
+}
+
+func dayWindow(max int64) store.Limit {
+	return store.Limit{Algorithm: store.FixedWindow, Max: max, Period: 24 * time.Hour}
+}
+
+func newHarness(t *testing.T) *ratelimittest.Harness {
+	return ratelimittest.New(t, costratelimit.Definition(), llmcost.Definition())
+}
+
+func TestSettleWithRealCost(t *testing.T) {
+	req := ratelimittest.Req{Model: "gpt-4o", MaxTokens: 1000}
+	usage := ratelimittest.Usage(1200, 300, 1)
+	cases := []struct {
+		name  string
+		o     policies.Outcome
+		final func(est, real int64) int64
+	}{
+		{"completed: real cost", ratelimittest.Completed(usage), func(_, real int64) int64 { return real }},
+		{"completed without usage: estimate", ratelimittest.Completed(nil), func(est, _ int64) int64 { return est }},
+		{"partial stream: estimate", ratelimittest.Completed(&llmapi.Usage{PromptTokens: 1200, CompletionTokens: 300, TotalTokens: 1500, Authoritative: true, ExpectedChoices: 2, FinishedChoices: 1}), func(est, _ int64) int64 { return est }},
+		{"upstream failure: estimate", policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}, func(est, _ int64) int64 { return est }},
+		{"cancelled: estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, func(est, _ int64) int64 { return est }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			ch := h.Chain(route,
+				ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(10, "1d"), "consumerBased": true}),
+				ratelimittest.Entry(llmcost.Name, nil))
+			call := h.Call(route, ratelimittest.Req{Model: req.Model, MaxTokens: req.MaxTokens, App: "a"})
+			prompt := h.Svc.Tokens.EstimatePrompt(call.Request.LLM)
+			est, ok := h.Svc.Pricing.EstimateMicros("gpt-4o", prompt, 1000)
+			if !ok {
+				t.Fatal("gpt-4o not in the catalog")
+			}
+			real, _ := h.Svc.Pricing.CostMicros("gpt-4o", usage)
+			if gerr, _ := h.Do(ch, call, tc.o); gerr != nil {
+				t.Fatal(gerr)
+			}
+			got := 10_000_000 - h.Remaining("{r:a}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(10_000_000))
+			if want := tc.final(est, real); got != want {
+				t.Fatalf("charged %d µUSD, want %d (estimate %d, real %d)", got, want, est, real)
+			}
+		})
+	}
+}
+
+func TestBudgetExhausted(t *testing.T) {
+	h := newHarness(t)
+	ch := h.Chain(route,
+		ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(0.01, "30d")}),
+		ratelimittest.Entry(llmcost.Name, nil))
+	// A big response spends the month's budget (debt); the next request is denied.
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "gpt-4o", MaxTokens: 10}), ratelimittest.Completed(ratelimittest.Usage(1000, 100000, 1))); gerr != nil {
+		t.Fatal(gerr)
+	}
+	// Even an unknown model (estimate 0) is denied: at least 1 µUSD is reserved.
+	gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "no-such-model"}), ratelimittest.Completed(nil))
+	if gerr == nil || gerr.Code != gwerror.CodeBudgetExceeded || gerr.Policy != costratelimit.Name {
+		t.Fatalf("want budget_exceeded, got %v", gerr)
+	}
+	// The calendar month ends on April 1st 00:00 UTC.
+	want := time.Date(2026, time.April, 1, 0, 0, 0, 0, time.UTC).Sub(ratelimittest.Start)
+	if gerr.RetryAfter != want {
+		t.Fatalf("Retry-After %v, want %v", gerr.RetryAfter, want)
+	}
+}
+
+func TestChainOrderAndSeparateSlots(t *testing.T) {
+	h := newHarness(t)
+	_, err := h.BuildChain(route,
+		ratelimittest.Entry(llmcost.Name, nil),
+		ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(1, "1d")}))
+	if err == nil || !strings.Contains(err.Error(), "list llm-cost after llm-cost-based-ratelimit") {
+		t.Fatalf("want an ordering hint, got %v", err)
+	}
+	// Backend and consumer instances: each charged once, in its own slot.
+	ch := h.Chain(route,
+		ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(10, "1d")}),
+		ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(1, "1d"), "consumerBased": true}),
+		ratelimittest.Entry(llmcost.Name, nil))
+	usage := ratelimittest.Usage(1000, 1000, 1)
+	real, _ := h.Svc.Pricing.CostMicros("gpt-4o", usage)
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "gpt-4o", App: "a"}), ratelimittest.Completed(usage)); gerr != nil {
+		t.Fatal(gerr)
+	}
+	if got := 10_000_000 - h.Remaining("{r}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(10_000_000)); got != real {
+		t.Errorf("backend charged %d, want %d", got, real)
+	}
+	if got := 1_000_000 - h.Remaining("{r:a}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(1_000_000)); got != real {
+		t.Errorf("consumer charged %d, want %d", got, real)
+	}
+}
+
+func TestOverridesNeedConsumerBased(t *testing.T) {
+	h := newHarness(t)
+	_, err := h.BuildChain(route,
+		ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(1, "1d"),
+			"overrides": []any{map[string]any{"applications": []any{"x"}, "budgetLimits": budget(5, "1d")}}}),
+		ratelimittest.Entry(llmcost.Name, nil))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	ch := h.Chain(route,
+		ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(0.000002, "1d"), "consumerBased": true, "reserveOutput": "none",
+			"overrides": []any{map[string]any{"applications": []any{"vip"}, "budgetLimits": budget(5, "1d")}}}),
+		ratelimittest.Entry(llmcost.Name, nil))
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{App: "vip", Content: strings.Repeat("word ", 50)}), ratelimittest.Completed(nil)); gerr != nil {
+		t.Fatalf("vip: %v", gerr)
+	}
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{App: "plain", Content: strings.Repeat("word ", 50)}), ratelimittest.Completed(nil)); gerr == nil {
+		t.Fatal("plain app admitted beyond a $0.000002 budget")
+	}
+}

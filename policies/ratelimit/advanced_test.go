@@ -1,0 +1,143 @@
+package ratelimit_test
+
+import (
+	"testing"
+	"time"
+
+	"sluice/policies"
+	"sluice/policies/llmcost"
+	"sluice/policies/ratelimit"
+	"sluice/policies/ratelimit/ratelimittest"
+	"sluice/policies/ratelimit/store"
+)
+
+const route = "r"
+
+func bucket(max int64, d time.Duration) store.Limit {
+	return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: d}
+}
+
+func quota(name string, limit int64, d string, extra map[string]any) map[string]any {
+	q := map[string]any{"name": name, "limits": []any{map[string]any{"limit": limit, "duration": d}}}
+	for k, v := range extra {
+		q[k] = v
+	}
+	return q
+}
+
+func TestAdvancedKeyExtraction(t *testing.T) {
+	keys := []any{
+		map[string]any{"type": "routename"},
+		map[string]any{"type": "header", "key": "X-Team"},
+		map[string]any{"type": "metadata", "key": "x-application-id", "fallback": "default"},
+	}
+	cases := []struct {
+		name   string
+		header string
+		app    string
+		key    string
+	}{
+		{"all present", "blue", "app-a", "{r:blue:app-a}:advanced-ratelimit:q:bucket-1m"},
+		{"metadata fallback", "blue", "", "{r:blue:default}:advanced-ratelimit:q:bucket-1m"},
+		{"header without fallback", "", "app-a", "{r:none:app-a}:advanced-ratelimit:q:bucket-1m"},
+		{"separators escaped", "a:b}", "x", "{r:a%3Ab%7D:x}:advanced-ratelimit:q:bucket-1m"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := ratelimittest.New(t, ratelimit.Definition())
+			ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{
+				"quotas": []any{quota("q", 10, "1m", map[string]any{"keyExtraction": keys})}}))
+			call := h.Call(route, ratelimittest.Req{App: tc.app})
+			if tc.header != "" {
+				call.Request.Header.Set("X-Team", tc.header)
+			}
+			if gerr, _ := h.Do(ch, call, ratelimittest.Completed(nil)); gerr != nil {
+				t.Fatal(gerr)
+			}
+			if got := h.Remaining(tc.key, bucket(10, time.Minute)); got != 9 {
+				t.Fatalf("%s remaining %d, want 9", tc.key, got)
+			}
+		})
+	}
+}
+
+func TestAdvancedCostExtraction(t *testing.T) {
+	h := ratelimittest.New(t, ratelimit.Definition(), llmcost.Definition())
+	ch := h.Chain(route,
+		ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{
+			quota("req", 100, "1m", nil),
+			quota("tok", 100000, "1h", map[string]any{"costExtraction": map[string]any{"source": "response", "promptMultiplier": 1, "completionMultiplier": 4}}),
+			quota("usd", 5_000_000, "1d", map[string]any{"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1e6}}),
+		}}),
+		ratelimittest.Entry(llmcost.Name, nil))
+	usage := ratelimittest.Usage(100, 50, 1)
+	real, _ := h.Svc.Pricing.CostMicros("gpt-4o", usage)
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), ratelimittest.Completed(usage)); gerr != nil {
+		t.Fatal(gerr)
+	}
+	checks := []struct {
+		key   string
+		l     store.Limit
+		spent int64
+	}{
+		{"{r}:advanced-ratelimit:req:bucket-1m", bucket(100, time.Minute), 1},
+		{"{r}:advanced-ratelimit:tok:bucket-1h", bucket(100000, time.Hour), 100 + 4*50},
+		{"{r}:advanced-ratelimit:usd:window-1d", store.Limit{Algorithm: store.FixedWindow, Max: 5_000_000, Period: 24 * time.Hour}, real},
+	}
+	for _, c := range checks {
+		if got := c.l.Max - h.Remaining(c.key, c.l); got != c.spent {
+			t.Errorf("%s spent %d, want %d", c.key, got, c.spent)
+		}
+	}
+}
+
+func TestAdvancedDifferentExtractionsShareRouteTag(t *testing.T) {
+	h := ratelimittest.New(t, ratelimit.Definition())
+	ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{
+		quota("global", 100, "1m", nil),
+		quota("per-ip", 5, "1m", map[string]any{"keyExtraction": []any{map[string]any{"type": "ip"}}}),
+	}}))
+	call := h.Call(route, ratelimittest.Req{})
+	call.Request.RemoteIP = "10.0.0.1"
+	if gerr, _ := h.Do(ch, call, ratelimittest.Completed(nil)); gerr != nil {
+		t.Fatal(gerr)
+	}
+	if got := h.Remaining("{r}:advanced-ratelimit:global:bucket-1m:r", bucket(100, time.Minute)); got != 99 {
+		t.Fatalf("global remaining %d", got)
+	}
+	if got := h.Remaining("{r}:advanced-ratelimit:per-ip:bucket-1m:10.0.0.1", bucket(5, time.Minute)); got != 4 {
+		t.Fatalf("per-ip remaining %d", got)
+	}
+}
+
+func TestAdvancedCustomDenial(t *testing.T) {
+	h := ratelimittest.New(t, ratelimit.Definition())
+	ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{
+		"quotas":              []any{quota("q", 1, "1m", nil)},
+		"onRateLimitExceeded": map[string]any{"status": 503, "body": `{"busy":true}`},
+	}))
+	h.Do(ch, h.Call(route, ratelimittest.Req{}), ratelimittest.Completed(nil))
+	gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), ratelimittest.Completed(nil))
+	if gerr == nil || gerr.Status != 503 || string(gerr.Envelope()) != `{"busy":true}` || gerr.RetryAfter != time.Minute {
+		t.Fatalf("custom denial %+v", gerr)
+	}
+	if _, err := h.BuildChain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{
+		"quotas": []any{quota("q", 1, "1m", nil)}, "onRateLimitExceeded": map[string]any{"body": "not json"}})); err == nil {
+		t.Fatal("non-JSON body accepted")
+	}
+}
+
+func TestAdvancedReleaseOnLaterRejection(t *testing.T) {
+	h := ratelimittest.New(t, ratelimit.Definition())
+	ch := h.Chain(route,
+		ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{quota("q", 3, "1m", nil)}}),
+		ratelimittest.Entry(ratelimittest.RejectName, nil))
+	for range 5 {
+		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), policies.Outcome{Kind: policies.Rejected}); gerr == nil || gerr.Policy != ratelimittest.RejectName {
+			t.Fatalf("want the later policy's rejection, got %v", gerr)
+		}
+	}
+	if got := h.Remaining("{r}:advanced-ratelimit:q:bucket-1m", bucket(3, time.Minute)); got != 3 {
+		t.Fatalf("remaining %d, want 3", got)
+	}
+}
