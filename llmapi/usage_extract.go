@@ -104,7 +104,9 @@ func finishReason(v gjson.Result) bool { return v.Type == gjson.String && v.Str 
 // body: choices with a finish_reason (chat, completions), 1 for a responses body
 // whose status is completed or incomplete, 1 for an Anthropic message with a
 // stop_reason, and n for embeddings (they have no choices and are always whole).
+// An n below 1 is taken as 1.
 func UsageFromBody(ep Endpoint, body []byte, n int) (*Usage, error) {
+	n = max(n, 1)
 	if !gjson.ValidBytes(body) {
 		return nil, ErrNotJSON
 	}
@@ -161,9 +163,10 @@ type StreamTracker struct {
 	finishedCount  int
 }
 
-// NewStreamTracker returns a tracker for a stream of endpoint ep that asked for n choices.
+// NewStreamTracker returns a tracker for a stream of endpoint ep that asked for n
+// choices (an n below 1 is taken as 1).
 func NewStreamTracker(ep Endpoint, n int) *StreamTracker {
-	return &StreamTracker{ep: ep, n: n}
+	return &StreamTracker{ep: ep, n: max(n, 1)}
 }
 
 func (t *StreamTracker) finish(idx int64) {
