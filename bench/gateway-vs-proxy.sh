@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Compares the Sluice gateway (api-key-auth + model-access, bench/gateway.yaml)
+# with a bare httputil.ReverseProxy (bench/bareproxy) in front of the same mock
+# upstream (`sluice mock-llm`), and the mock alone as the ceiling. Everything
+# runs on loopback ports of this machine; every run is bounded in time.
+#
+# For each round, and each mode, the targets are measured back to back:
+#   closed: max throughput, $CONNS connections, $DURATION each
+#   open:   $RATE req/s on a fixed schedule, $DURATION each
+# With ROUNDS > 1 the table shows the median of the rounds for every figure.
+#
+# Environment (defaults in brackets): DURATION [20s], WARMUP [3s], CONNS [64],
+# RATE [1000], ROUNDS [1], DIRECT [1: also measure the mock alone],
+# KEEP [empty: a directory to keep logs and raw results in].
+set -euo pipefail
+
+DURATION=${DURATION:-20s}
+WARMUP=${WARMUP:-3s}
+CONNS=${CONNS:-64}
+RATE=${RATE:-1000}
+ROUNDS=${ROUNDS:-1}
+DIRECT=${DIRECT:-1}
+KEY=sk-sluice-bench # its hash is in bench/gateway.yaml
+
+cd "$(dirname "$0")/.."
+work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench.XXXXXX")
+pids=()
+
+cleanup() {
+	local rc=$?
+	for p in "${pids[@]}"; do
+		kill -TERM "$p" 2>/dev/null || true
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" 2>/dev/null || true
+	done
+	if [[ -n "${KEEP:-}" ]]; then
+		mkdir -p "$KEEP"
+		cp "$work"/*.log "$work"/results.txt "$KEEP"/ 2>/dev/null || true
+		echo "logs and raw results kept in $KEEP"
+	fi
+	rm -rf "$work"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "building binaries in $work"
+go build -o "$work/sluice" ./cmd/sluice
+go build -o "$work/loadgen" ./bench/loadgen
+go build -o "$work/bareproxy" ./bench/bareproxy
+
+# free_port prints a loopback TCP port nothing listens on (a bash /dev/tcp
+# connect that fails means free).
+used_ports=""
+free_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$((20000 + RANDOM % 40000))
+		[[ " $used_ports " == *" $p "* ]] && continue
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			used_ports="$used_ports $p"
+			echo "$p"
+			return 0
+		fi
+	done
+	echo "no free port found" >&2
+	return 1
+}
+
+mock_port=$(free_port)
+gw_port=$(free_port)
+proxy_port=$(free_port)
+
+"$work/sluice" mock-llm --listen "127.0.0.1:$mock_port" >"$work/mock.log" 2>&1 &
+pids+=($!)
+"$work/loadgen" -wait "http://127.0.0.1:$mock_port/healthz"
+
+SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
+	"$work/sluice" gateway --config bench/gateway.yaml --listen "127.0.0.1:$gw_port" >"$work/gateway.log" 2>&1 &
+pids+=($!)
+"$work/bareproxy" -listen "127.0.0.1:$proxy_port" -upstream "http://127.0.0.1:$mock_port" \
+	-strip-prefix /openai >"$work/bareproxy.log" 2>&1 &
+pids+=($!)
+"$work/loadgen" -wait "http://127.0.0.1:$gw_port/readyz" || {
+	cat "$work/gateway.log" >&2
+	exit 1
+}
+"$work/loadgen" -wait "http://127.0.0.1:$proxy_port/healthz"
+
+declare -A url=(
+	[mock]="http://127.0.0.1:$mock_port/v1/chat/completions"
+	[proxy]="http://127.0.0.1:$proxy_port/openai/v1/chat/completions"
+	[gateway]="http://127.0.0.1:$gw_port/openai/v1/chat/completions"
+)
+targets=(proxy gateway)
+if [[ "$DIRECT" == 1 ]]; then
+	targets=(mock proxy gateway)
+fi
+
+# A short check that every target answers 2xx (the key and chain work)
+# before any figure is taken.
+for t in "${targets[@]}"; do
+	out=$("$work/loadgen" -url "${url[$t]}" -H "Authorization: Bearer $KEY" \
+		-mode open -rate 20 -duration 1s -warmup 0s -label "$t")
+	if ! grep -q ' errors=0 ' <<<"$out"; then
+		echo "$t does not answer the benchmark request with 2xx:" >&2
+		echo "$out" >&2
+		exit 1
+	fi
+done
+
+echo
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "note: the load generator, the proxy under test and the mock share these cores"
+: >"$work/results.txt"
+for round in $(seq 1 "$ROUNDS"); do
+	for mode in closed open; do
+		for t in "${targets[@]}"; do
+			echo
+			echo "== round $round: $t, $mode loop"
+			args=(-url "${url[$t]}" -H "Authorization: Bearer $KEY" -duration "$DURATION" -warmup "$WARMUP" -label "$t")
+			if [[ "$mode" == closed ]]; then
+				args+=(-mode closed -c "$CONNS")
+			else
+				args+=(-mode open -rate "$RATE")
+			fi
+			"$work/loadgen" "${args[@]}" | tee "$work/last.txt"
+			grep '^RESULT ' "$work/last.txt" | sed "s/^RESULT /RESULT round=$round /" >>"$work/results.txt"
+		done
+	done
+done
+echo
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The table: median over rounds of each figure, per target and mode.
+awk -v rate="$RATE" -v conns="$CONNS" -v rounds="$ROUNDS" '
+function field(name,   i, kv) {
+	for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] }
+	return ""
+}
+function median(key,   n, i, j, t, a) {
+	n = cnt[key]
+	for (i = 1; i <= n; i++) a[i] = vals[key, i]
+	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+	if (n % 2) return a[(n + 1) / 2]
+	return (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function add(key, v) { cnt[key]++; vals[key, cnt[key]] = v }
+/^RESULT / {
+	t = field("label"); m = field("mode"); seen[t] = 1
+	add(t SUBSEP m SUBSEP "rps", field("rps"))
+	add(t SUBSEP m SUBSEP "p50", field("p50_us"))
+	add(t SUBSEP m SUBSEP "p99", field("p99_us"))
+	add(t SUBSEP m SUBSEP "err", field("errors"))
+}
+END {
+	printf "\nResults (median of %d round(s)); latencies in microseconds\n\n", rounds
+	printf "| target | closed loop (%d conns): req/s | p50 | p99 | open loop %d req/s: p50 | p99 | errors |\n", conns, rate
+	printf "|---|---:|---:|---:|---:|---:|---:|\n"
+	n = split("mock proxy gateway", order, " ")
+	for (i = 1; i <= n; i++) {
+		t = order[i]; if (!(t in seen)) continue
+		printf "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %d |\n", t,
+			median(t SUBSEP "closed" SUBSEP "rps"), median(t SUBSEP "closed" SUBSEP "p50"), median(t SUBSEP "closed" SUBSEP "p99"),
+			median(t SUBSEP "open" SUBSEP "p50"), median(t SUBSEP "open" SUBSEP "p99"),
+			median(t SUBSEP "closed" SUBSEP "err") + median(t SUBSEP "open" SUBSEP "err")
+	}
+	ratio = median("gateway" SUBSEP "closed" SUBSEP "rps") / median("proxy" SUBSEP "closed" SUBSEP "rps")
+	added = median("gateway" SUBSEP "open" SUBSEP "p99") - median("proxy" SUBSEP "open" SUBSEP "p99")
+	printf "\nthroughput ratio gateway/proxy: %.2f (target >= 0.80): %s\n", ratio, (ratio >= 0.8 ? "met" : "MISSED")
+	printf "added p99 at %d req/s: %.0f us (target < 1000 us): %s\n", rate, added, (added < 1000 ? "met" : "MISSED")
+}' "$work/results.txt"
