@@ -1,0 +1,122 @@
+package redisstore
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"sluice/internal/redistest"
+	"sluice/policies/ratelimit/store"
+)
+
+// newTestStore builds a store with a random key prefix, closed at cleanup.
+// Unset timeouts are generous (5 s): the semantic tests must never see a
+// slow round trip on a loaded machine (2 CPUs under -race) as an outage and
+// fall back. The outage tests pass the production defaults explicitly.
+func newTestStore(t testing.TB, o Options) *Store {
+	t.Helper()
+	o.DialTimeout = orDefault(o.DialTimeout, 5*time.Second)
+	o.ReadTimeout = orDefault(o.ReadTimeout, 5*time.Second)
+	o.WriteTimeout = orDefault(o.WriteTimeout, 5*time.Second)
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = redistest.KeyPrefix(t)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s, err := New(o)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// cmdCounter is a go-redis hook counting commands by name (and pipelines as
+// one round trip each).
+type cmdCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+	total  int
+}
+
+// connSetup are the commands go-redis sends once per new connection; they
+// are not part of an operation's round trips.
+var connSetup = map[string]bool{"hello": true, "auth": true, "select": true, "client": true, "ping": true}
+
+func newCmdCounter() *cmdCounter { return &cmdCounter{counts: map[string]int{}} }
+
+func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if connSetup[strings.ToLower(cmd.Name())] {
+			return next(ctx, cmd)
+		}
+		c.mu.Lock()
+		c.counts[strings.ToLower(cmd.Name())]++
+		c.total++
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		c.counts["pipeline"]++
+		c.total++
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// take returns the counts since the last take and resets them.
+func (c *cmdCounter) take() (map[string]int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, n := c.counts, c.total
+	c.counts, c.total = map[string]int{}, 0
+	return m, n
+}
+
+func bucket(max int64, period time.Duration) store.Limit {
+	return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: period}
+}
+
+func window(max int64, period time.Duration) store.Limit {
+	return store.Limit{Algorithm: store.FixedWindow, Max: max, Period: period}
+}
+
+func month(max int64) store.Limit {
+	return store.Limit{Algorithm: store.CalendarMonth, Max: max}
+}
+
+// eventually polls cond every 20 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMain silences go-redis's own logger (a dial failure per attempt during
+// the outage tests); the store's outage logs go to a discard slog.Logger.
+func TestMain(m *testing.M) {
+	redis.SetLogger(discardLogger{})
+	os.Exit(m.Run())
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,520 @@
+// Package redisstore is the cluster-wide counter store: store.Store on Redis
+// (standalone or Cluster) through go-redis v9, so that several gateway
+// replicas enforce one limit.
+//
+// Every call is one round trip: Reserve and Peek run one Lua script over all
+// of the call's keys (all or nothing, atomically), Adjust another. The
+// scripts take the time from redis TIME, so all replicas share one clock.
+// Scripts are sent with EVALSHA and fall back to EVAL on NOSCRIPT (after a
+// restart or SCRIPT FLUSH), which loads them again.
+//
+// When Redis is unreachable (connection error, timeout, cluster down) the
+// store follows its failure mode: "open" serves the call from an in-process
+// fallback store and marks the ticket so that its settlement goes there too;
+// "closed" returns an error wrapping store.ErrUnavailable. After a failure,
+// calls skip Redis for a short back-off (probeInterval) and then try it
+// again; go-redis redials by itself, so service resumes without a restart.
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"sluice/policies/ratelimit/store"
+)
+
+// Ticket origins (store.Ticket.Origin).
+const (
+	// OriginRedis: the charges landed in Redis (the zero value).
+	OriginRedis uint8 = 0
+	// OriginLocal: Redis was unreachable and the fallback store took them.
+	OriginLocal uint8 = 1
+)
+
+// Failure modes.
+const (
+	FailOpen   = "open"
+	FailClosed = "closed"
+)
+
+// Defaults, short enough that a dead Redis never stalls a request for long.
+const (
+	DefaultKeyPrefix    = "sluice:"
+	DefaultDialTimeout  = 200 * time.Millisecond
+	DefaultReadTimeout  = 100 * time.Millisecond
+	DefaultWriteTimeout = 100 * time.Millisecond
+)
+
+// probeInterval is how long calls skip Redis after it failed; then one call
+// tries it again. It bounds both the calls that wait on a dead server and
+// the delay before recovery is noticed.
+const probeInterval = 250 * time.Millisecond
+
+// logEvery rate-limits the outage log.
+const logEvery = 10 * time.Second
+
+// Options configures New. Zero values take the defaults.
+type Options struct {
+	// URL is a redis:// or rediss:// URL (with Cluster: a cluster URL with
+	// addr= parameters for further seeds). Exclusive with Addrs.
+	URL string
+	// Addrs are host:port seeds. More than one selects Redis Cluster.
+	Addrs []string
+	// Cluster forces Redis Cluster with a single seed (or URL).
+	Cluster bool
+	// Username and Password override the URL's.
+	Username string
+	Password string
+	// TLS enables TLS (rediss:// URLs enable it too).
+	TLS bool
+	// KeyPrefix is prepended to every counter key (default "sluice:").
+	KeyPrefix string
+	// FailureMode is "open" (default) or "closed".
+	FailureMode string
+	// Timeouts per dial and per command (defaults 200 ms, 100 ms, 100 ms).
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// PoolSize is the connection pool size per node (default: go-redis's, 10
+	// per CPU).
+	PoolSize int
+	// Logger receives rate-limited outage reports (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics registers the store's collectors (nil: none).
+	Metrics prometheus.Registerer
+	// Now is the clock of the local fallback store only (default time.Now);
+	// Redis counters use redis TIME.
+	Now func() time.Time
+	// Hooks are added to the go-redis client (tracing, command counting).
+	Hooks []redis.Hook
+}
+
+// Store is store.Store on Redis. Safe for concurrent use.
+type Store struct {
+	client  redis.UniversalClient
+	cluster bool
+	prefix  string
+	closed  bool // failure mode closed
+	local   *localStore
+	log     *slog.Logger
+	m       *metrics
+
+	reserve *redis.Script
+	adjust  *redis.Script
+
+	// skipUntil is the wall-clock UnixNano until which calls skip Redis after
+	// a failure (0: Redis is believed up).
+	skipUntil atomic.Int64
+	// lastLog is the UnixNano of the last outage log line; suppressed counts
+	// the lines skipped since.
+	lastLog    atomic.Int64
+	suppressed atomic.Int64
+
+	// clockSpec, when set (tests only), overrides the scripts' clock: see
+	// now_us in scripts.go.
+	clockSpec func() string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New connects lazily (go-redis dials on first use), so it succeeds while
+// Redis is down; the failure mode then applies per call.
+func New(opts Options) (*Store, error) {
+	switch opts.FailureMode {
+	case "", FailOpen, FailClosed:
+	default:
+		return nil, fmt.Errorf("redisstore: failureMode %q: want %q or %q", opts.FailureMode, FailOpen, FailClosed)
+	}
+	client, cluster, err := newClient(&opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range opts.Hooks {
+		client.AddHook(h)
+	}
+	s := &Store{
+		client:  client,
+		cluster: cluster,
+		prefix:  opts.KeyPrefix,
+		closed:  opts.FailureMode == FailClosed,
+		local:   newLocalStore(opts.Now),
+		log:     opts.Logger,
+		m:       newMetrics(opts.Metrics),
+		reserve: redis.NewScript(luaReserve),
+		adjust:  redis.NewScript(luaAdjust),
+	}
+	if s.prefix == "" {
+		s.prefix = DefaultKeyPrefix
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s, nil
+}
+
+func newClient(o *Options) (redis.UniversalClient, bool, error) {
+	dial := orDefault(o.DialTimeout, DefaultDialTimeout)
+	read := orDefault(o.ReadTimeout, DefaultReadTimeout)
+	write := orDefault(o.WriteTimeout, DefaultWriteTimeout)
+	if o.URL != "" && len(o.Addrs) > 0 {
+		return nil, false, errors.New("redisstore: set url or addrs, not both")
+	}
+	if o.URL == "" && len(o.Addrs) == 0 {
+		return nil, false, errors.New("redisstore: url or addrs required")
+	}
+	var tlsConf *tls.Config
+	if o.TLS {
+		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	// No command retries: a script that timed out may have run, and running
+	// it again would charge twice. One dial attempt per call: the pool's own
+	// probe redials in the background once a server is down.
+	maint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if o.Cluster || len(o.Addrs) > 1 {
+		var co *redis.ClusterOptions
+		if o.URL != "" {
+			var err error
+			if co, err = redis.ParseClusterURL(o.URL); err != nil {
+				return nil, false, fmt.Errorf("redisstore: url: %w", err)
+			}
+		} else {
+			co = &redis.ClusterOptions{Addrs: o.Addrs}
+		}
+		if o.Username != "" {
+			co.Username = o.Username
+		}
+		if o.Password != "" {
+			co.Password = o.Password
+		}
+		if tlsConf != nil && co.TLSConfig == nil {
+			co.TLSConfig = tlsConf
+		}
+		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = dial, read, write
+		co.PoolTimeout = dial + read
+		co.MaxRetries = -1
+		co.DialerRetries = 1
+		co.ContextTimeoutEnabled = true
+		co.DisableIdentity = true
+		co.Protocol = 2
+		co.MaintNotificationsConfig = maint
+		if o.PoolSize > 0 {
+			co.PoolSize = o.PoolSize
+		}
+		return redis.NewClusterClient(co), true, nil
+	}
+	var ro *redis.Options
+	if o.URL != "" {
+		var err error
+		if ro, err = redis.ParseURL(o.URL); err != nil {
+			return nil, false, fmt.Errorf("redisstore: url: %w", err)
+		}
+	} else {
+		ro = &redis.Options{Addr: o.Addrs[0]}
+	}
+	if o.Username != "" {
+		ro.Username = o.Username
+	}
+	if o.Password != "" {
+		ro.Password = o.Password
+	}
+	if tlsConf != nil && ro.TLSConfig == nil {
+		if host, _, err := net.SplitHostPort(ro.Addr); err == nil {
+			tlsConf.ServerName = host
+		}
+		ro.TLSConfig = tlsConf
+	}
+	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = dial, read, write
+	ro.PoolTimeout = dial + read
+	ro.MaxRetries = -1
+	ro.DialerRetries = 1
+	ro.ContextTimeoutEnabled = true
+	ro.DisableIdentity = true
+	ro.Protocol = 2
+	ro.MaintNotificationsConfig = maint
+	if o.PoolSize > 0 {
+		ro.PoolSize = o.PoolSize
+	}
+	return redis.NewClient(ro), false, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Reserve implements store.Store.
+func (s *Store) Reserve(ctx context.Context, debits []store.Debit, res *store.Result) error {
+	return s.evaluate(ctx, opReserve, debits, res)
+}
+
+// Peek implements store.Store.
+func (s *Store) Peek(ctx context.Context, debits []store.Debit, res *store.Result) error {
+	return s.evaluate(ctx, opPeek, debits, res)
+}
+
+func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, res *store.Result) error {
+	res.Reset(len(debits))
+	if len(debits) == 0 {
+		res.Allowed = true
+		return nil
+	}
+	for i := range debits {
+		if err := store.ValidateDebit(&debits[i]); err != nil {
+			return fmt.Errorf("redisstore: %w", err)
+		}
+	}
+	keys, err := s.keys(debits)
+	if err != nil {
+		return err
+	}
+	if s.skipping() {
+		return s.fallback(ctx, op, debits, res, nil)
+	}
+	mode := "r"
+	if op == opPeek {
+		mode = "p"
+	}
+	args := make([]any, 0, 2+4*len(debits))
+	args = append(args, mode, s.clock())
+	for i := range debits {
+		d := &debits[i]
+		args = append(args, int64(d.Limit.Algorithm), d.Limit.Max, store.Micros(d.Limit.Period), d.Amount)
+	}
+	start := time.Now()
+	reply, err := s.reserve.Run(ctx, s.client, keys, args...).Int64Slice()
+	s.m.observe(op, start)
+	if err != nil {
+		return s.failed(ctx, op, err, func() error { return s.fallback(ctx, op, debits, res, err) })
+	}
+	s.up()
+	if len(reply) != 4+3*len(debits) {
+		s.m.error(op, "reply")
+		return fmt.Errorf("redisstore: %s: malformed script reply of %d values", op, len(reply))
+	}
+	res.Allowed = reply[0] == 1
+	res.Denied = int(reply[1])
+	res.RetryAfter = store.FromMicros(reply[2])
+	res.Never = reply[3] == 1
+	for i := range debits {
+		o := 4 + 3*i
+		res.Remaining[i] = reply[o]
+		res.ResetAfter[i] = store.FromMicros(reply[o+1])
+		res.Ticket.Window[i] = reply[o+2]
+	}
+	res.Ticket.Origin = OriginRedis
+	return nil
+}
+
+// Adjust implements store.Store. A ticket from the fallback store settles
+// there; a Redis ticket whose settlement cannot reach Redis is dropped and
+// counted (its keys expire by their TTL).
+func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticket, deltas []int64) error {
+	if t == nil || len(deltas) != len(debits) || len(t.Window) != len(debits) {
+		return fmt.Errorf("redisstore: Adjust with %d debits, %d deltas and a ticket of %d windows", len(debits), len(deltas), ticketLen(t))
+	}
+	if t.Origin == OriginLocal {
+		return s.local.Adjust(ctx, debits, t, deltas)
+	}
+	if allZero(deltas) {
+		return nil
+	}
+	keys, err := s.keys(debits)
+	if err != nil {
+		return err
+	}
+	if s.skipping() {
+		s.m.dropped.Inc()
+		return s.dropErr(nil)
+	}
+	args := make([]any, 0, 1+5*len(debits))
+	args = append(args, s.clock())
+	for i := range debits {
+		d := &debits[i]
+		args = append(args, int64(d.Limit.Algorithm), d.Limit.Max, store.Micros(d.Limit.Period), t.Window[i], deltas[i])
+	}
+	start := time.Now()
+	err = s.adjust.Run(ctx, s.client, keys, args...).Err()
+	s.m.observe(opAdjust, start)
+	if err != nil {
+		return s.failed(ctx, opAdjust, err, func() error {
+			s.m.dropped.Inc()
+			return s.dropErr(err)
+		})
+	}
+	s.up()
+	return nil
+}
+
+// dropErr is what a dropped settlement returns: nothing in failure mode open
+// (the outage is logged and counted), ErrUnavailable in mode closed.
+func (s *Store) dropErr(cause error) error {
+	if !s.closed {
+		return nil
+	}
+	return unavailable(cause)
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return s.client.Close() }
+
+// keys prefixes the debit keys. On Redis Cluster all keys of one call must
+// hash to one slot (callers share a {scope} hash tag); a call that breaks
+// this is a wiring bug and fails loudly rather than with CROSSSLOT at random.
+func (s *Store) keys(debits []store.Debit) ([]string, error) {
+	keys := make([]string, len(debits))
+	for i := range debits {
+		keys[i] = s.prefix + debits[i].Key
+	}
+	if s.cluster {
+		slot := Slot(keys[0])
+		for _, k := range keys[1:] {
+			if Slot(k) != slot {
+				s.log.Error("redisstore: keys of one call span cluster slots; share a {hash tag}", "first", keys[0], "other", k)
+				return nil, fmt.Errorf("redisstore: keys %q and %q hash to different cluster slots: give them one {hash tag}", keys[0], k)
+			}
+		}
+	}
+	return keys, nil
+}
+
+func (s *Store) clock() string {
+	if s.clockSpec != nil {
+		return s.clockSpec()
+	}
+	return ""
+}
+
+// failed handles a Redis error of op: an outage runs onOutage (after
+// arming the back-off, logging and counting); anything else is returned.
+func (s *Store) failed(ctx context.Context, op string, err error, onOutage func() error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		s.m.error(op, "canceled")
+		return fmt.Errorf("redisstore: %s: %w", op, ctxErr)
+	}
+	kind, outage := classify(err)
+	s.m.error(op, kind)
+	if !outage {
+		return fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+	s.skipUntil.Store(time.Now().Add(probeInterval).UnixNano())
+	s.m.fallback.Set(1)
+	s.logOutage(op, kind, err)
+	return onOutage()
+}
+
+// fallback serves an evaluation while Redis is unreachable.
+func (s *Store) fallback(ctx context.Context, op string, debits []store.Debit, res *store.Result, cause error) error {
+	if s.closed {
+		return unavailable(cause)
+	}
+	s.m.local.WithLabelValues(op).Inc()
+	var err error
+	if op == opPeek {
+		err = s.local.Peek(ctx, debits, res)
+	} else {
+		err = s.local.Reserve(ctx, debits, res)
+	}
+	res.Ticket.Origin = OriginLocal
+	return err
+}
+
+func unavailable(cause error) error {
+	if cause == nil {
+		return fmt.Errorf("redisstore: %w (redis down, retrying shortly)", store.ErrUnavailable)
+	}
+	return fmt.Errorf("redisstore: %w: %w", store.ErrUnavailable, cause)
+}
+
+// skipping reports whether calls should skip Redis because it failed less
+// than probeInterval ago.
+func (s *Store) skipping() bool {
+	until := s.skipUntil.Load()
+	return until != 0 && time.Now().UnixNano() < until
+}
+
+// up records a successful round trip.
+func (s *Store) up() {
+	if s.skipUntil.Load() != 0 {
+		s.skipUntil.Store(0)
+		s.m.fallback.Set(0)
+		s.log.Info("redisstore: redis reachable again")
+	}
+}
+
+func (s *Store) logOutage(op, kind string, err error) {
+	now := time.Now().UnixNano()
+	last := s.lastLog.Load()
+	if last != 0 && now-last < int64(logEvery) || !s.lastLog.CompareAndSwap(last, now) {
+		s.suppressed.Add(1)
+		return
+	}
+	mode := "serving from the local fallback (failureMode open)"
+	if s.closed {
+		mode = "failing calls (failureMode closed)"
+	}
+	s.log.Warn("redisstore: redis unreachable; "+mode, "op", op, "kind", kind, "err", err, "suppressed", s.suppressed.Swap(0))
+}
+
+// classify names an error's kind for metrics and says whether it means Redis
+// is unreachable (as opposed to a bug: a script or argument error).
+func classify(err error) (kind string, outage bool) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, redis.ErrClosed):
+		return "closed", false
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
+		return "pool", true
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return "timeout", true
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection", true
+	}
+	msg := err.Error()
+	for _, p := range []string{"LOADING", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "MOVED", "ASK"} {
+		if strings.HasPrefix(msg, p) {
+			return "server", true
+		}
+	}
+	if strings.HasPrefix(msg, "CROSSSLOT") {
+		return "crossslot", false
+	}
+	return "script", false
+}
+
+func allZero(ds []int64) bool {
+	for _, d := range ds {
+		if d != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func ticketLen(t *store.Ticket) int {
+	if t == nil {
+		return -1
+	}
+	return len(t.Window)
+}
+
+// fixedClock and offsetClock build clock specs for the scripts (tests).
+func fixedClock(at time.Time) string { return "@" + strconv.FormatInt(at.UnixMicro(), 10) }
+
+func offsetClock(d time.Duration) string { return "+" + strconv.FormatInt(store.Micros(d), 10) }
