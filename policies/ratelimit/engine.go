@@ -211,12 +211,14 @@ func (e *Engine) Reserve(c *policies.Call, a *Admission) (*Reservation, *gwerror
 		return nil, e.storeError(c, err)
 	}
 	if !res.Allowed && a.ClampOutput && a.Output > 1 {
+		// affordableOutput peeks into res; whatever it finds, the decision is
+		// taken by a second Reserve (clamped or not), never by the peek.
 		if out, ok := e.affordableOutput(ctx, r, a, res); ok {
 			a.Output = out
 			r.fill(e, a)
-			if err := e.storeReserve(ctx, r.debits, res); err != nil {
-				return nil, e.storeError(c, err)
-			}
+		}
+		if err := e.storeReserve(ctx, r.debits, res); err != nil {
+			return nil, e.storeError(c, err)
 		}
 	}
 	if !res.Allowed {
