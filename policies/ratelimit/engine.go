@@ -200,6 +200,13 @@ func (e *Engine) Reserve(c *policies.Call, a *Admission) (*Reservation, *gwerror
 	if r, ok := c.Shared.Metadata[e.slot].(*Reservation); ok {
 		return r, nil
 	}
+	if len(a.Counters) == 0 {
+		// Nothing applies (e.g. only model rules, none matching): admit
+		// without a reservation to resolve.
+		r := &Reservation{eng: e, Output: a.Output}
+		r.resolved.Store(true)
+		return r, nil
+	}
 	r := e.newReservation(a)
 	ctx := c.Ctx
 	if ctx == nil {

@@ -552,3 +552,19 @@ func itoa(i int) string {
 	}
 	return string(buf[n:])
 }
+
+func TestRulesOnlyUnmatchedModelPasses(t *testing.T) {
+	h := newHarness(t)
+	ch := h.Chain(route, ratelimittest.Entry(tokenratelimit.Name, map[string]any{
+		"reserveOutput": "maxTokens",
+		"modelRules":    []any{map[string]any{"match": "gpt-4*", "completionTokenLimits": limits(10, "1h")}}}))
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "o3", MaxTokens: 500}), ratelimittest.Completed(nil)); gerr != nil {
+		t.Fatal(gerr)
+	}
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "gpt-4o", MaxTokens: 500}), ratelimittest.Completed(nil)); gerr == nil {
+		t.Fatal("rule not applied")
+	}
+	if n := ch.Entries()[0].Policy.(*tokenratelimit.Policy).Engine().OpenReservations(); n != 0 {
+		t.Fatalf("open %d", n)
+	}
+}
