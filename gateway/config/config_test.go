@@ -9,7 +9,6 @@ import (
 )
 
 const hashA = "sha256:1c590839af894cf25f9a5fe06929af05b377f60efbe55508ef93d251887b9213"
-const hashB = "sha256:2c590839af894cf25f9a5fe06929af05b377f60efbe55508ef93d251887b9213"
 
 // header is a valid document of 14 lines; cases append from line 15.
 const header = `apiVersion: sluice/v1
@@ -163,6 +162,11 @@ func TestErrorsNameFileLineAndField(t *testing.T) {
 			name: "undefined env var",
 			src:  header + "counters:\n  redis:\n    password: ${REDIS_PASSWORD}\n",
 			want: "17:15 counters.redis.password", msg: "REDIS_PASSWORD is not set",
+		},
+		{
+			name: "undefined env var inside a quoted string",
+			src:  header + "counters:\n  redis:\n    password: \"p-${PW}\"\n",
+			want: "17:18 counters.redis.password", msg: "PW is not set",
 		},
 		{
 			name: "undefined env var in a block scalar",

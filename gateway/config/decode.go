@@ -334,7 +334,7 @@ func (d *decoder) scalar(n ast.Node, path string) (s scalar, ok bool) {
 	case *ast.NanNode:
 		return scalar{kind: kFloat, f: math.NaN(), text: v.GetToken().Value}, true
 	case *ast.StringNode:
-		text, changed := d.expandAt(v.Value, path, nodePos(v), 0)
+		text, changed := d.expandAt(v.Value, path, nodePos(v), stringColShift(v))
 		if changed && v.Token != nil && v.Token.Type == token.StringType {
 			// An unquoted ${VAR} takes the type its value would have had if
 			// written in place: "count: ${LIMIT}" is an integer.
@@ -346,29 +346,54 @@ func (d *decoder) scalar(n ast.Node, path string) (s scalar, ok bool) {
 		if v.Value != nil {
 			raw = v.Value.Value
 		}
-		text, _ := d.expandAt(raw, path, tokenPos(v.Start), 1)
+		text, _ := d.expandAt(raw, path, tokenPos(v.Start), shiftBlock)
 		return scalar{kind: kString, text: text}, true
 	}
 	return scalar{}, false
 }
 
-// expandAt expands raw and reports reference problems at p; bodyLine is 1 for
-// block scalars, whose text starts on the line after p, so the line of the
-// offending reference can be computed.
-func (d *decoder) expandAt(raw, path string, p pos, bodyLine int) (string, bool) {
+// Column shifts for expandAt.
+const (
+	shiftBlock   = -1 // a block scalar: its text starts on the line after p
+	shiftUnknown = -2 // report the scalar's start
+)
+
+// expandAt expands raw and reports reference problems. shift places them:
+// >= 0 means raw sits on one line starting shift columns after p, so the
+// column of the offending "${" is exact; shiftBlock makes the line exact.
+func (d *decoder) expandAt(raw, path string, p pos, shift int) (string, bool) {
 	out, changed, errs := expand(raw, d.lookup)
 	for _, e := range errs {
 		ep := p
-		if bodyLine > 0 {
-			ep.line += bodyLine + strings.Count(raw[:e.Offset], "\n")
-			ep.col = 0
-		}
-		if ep.col == 0 {
+		switch {
+		case shift == shiftBlock:
+			ep.line += 1 + strings.Count(raw[:e.Offset], "\n")
 			ep.col = 1
+		case shift >= 0:
+			ep.col += shift + e.Offset
 		}
 		d.fail(path, ep, "%s", e.Message)
 	}
 	return out, changed
+}
+
+// stringColShift is where a string's value starts relative to its token, when
+// offsets in the value are offsets in the line: 0 for a one-line plain
+// scalar, 1 for a one-line quoted one without escapes.
+func stringColShift(v *ast.StringNode) int {
+	if v.Token == nil || strings.Contains(v.Value, "\n") {
+		return shiftUnknown
+	}
+	switch v.Token.Type {
+	case token.StringType:
+		return 0
+	case token.DoubleQuoteType, token.SingleQuoteType:
+		if strings.ContainsAny(v.Value, "\\'\"") {
+			return shiftUnknown
+		}
+		return 1
+	}
+	return shiftUnknown
 }
 
 var floatRE = regexp.MustCompile(`^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`)
