@@ -52,6 +52,11 @@ routes:
           allow: ["*"]
 `
 
+// deploymentYAML is npmDeployment with the upstream URL and the key's hash.
+func deploymentYAML(upstream string) []byte {
+	return fmt.Appendf(nil, npmDeployment, upstream, config.HashKey(npmAPIKey))
+}
+
 // nodeTestTimeout bounds the whole node run; the client tests are a handful of
 // loopback requests, so reaching it means something hangs.
 const nodeTestTimeout = 2 * time.Minute
@@ -70,7 +75,7 @@ func TestNPMClient(t *testing.T) {
 	tokens := tokencount.New()
 	upstream := serve(t, mockllm.New(mockllm.Options{Counter: tokens}))
 
-	dep, err := config.Parse(fmt.Appendf(nil, npmDeployment, "http://"+upstream, config.HashKey(npmAPIKey)), "npm_test deployment")
+	dep, err := config.Parse(deploymentYAML("http://"+upstream), "npm_test deployment")
 	if err != nil {
 		t.Fatalf("deployment: %v", err)
 	}

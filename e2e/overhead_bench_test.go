@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"testing"
+
+	"sluice/gateway"
+	"sluice/gateway/config"
+	"sluice/mockllm"
+	"sluice/policies"
+	"sluice/policies/builtin"
+	"sluice/tokencount"
+)
+
+// benchChatBody is the request both benchmarks send (the loadgen default).
+const benchChatBody = `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a terse assistant."},{"role":"user","content":"Summarise the benefits of connection pooling in one sentence."}],"max_tokens":16}`
+
+// cannedTransport answers every request with one recorded upstream response,
+// without a network: the benchmarks below then count only the proxy's own
+// work and allocations, not the upstream's or the socket's.
+type cannedTransport struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (c *cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	return &http.Response{
+		Status:        strconv.Itoa(c.status) + " " + http.StatusText(c.status),
+		StatusCode:    c.status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        c.header.Clone(),
+		Body:          io.NopCloser(bytes.NewReader(c.body)),
+		ContentLength: int64(len(c.body)),
+		Request:       r,
+	}, nil
+}
+
+// recordMockChat captures the mock upstream's answer to benchChatBody.
+func recordMockChat(tb testing.TB) *cannedTransport {
+	tb.Helper()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader([]byte(benchChatBody)))
+	req.Header.Set("Content-Type", "application/json")
+	mockllm.New(mockllm.Options{}).ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		tb.Fatalf("mock answered %d: %s", rec.Code, rec.Body.String())
+	}
+	h := rec.Header().Clone()
+	h.Del("Content-Length")
+	return &cannedTransport{status: rec.Code, header: h, body: rec.Body.Bytes()}
+}
+
+// BenchmarkHandlerOverhead serves one chat completion per iteration through
+// a handler whose upstream is a canned in-memory response. "bareproxy" is
+// httputil.ReverseProxy; "gateway" is the gateway with api-key-auth and
+// model-access (the bench/gateway.yaml chain). The difference in ns/op and
+// allocs/op is the gateway's own per-request cost.
+func BenchmarkHandlerOverhead(b *testing.B) {
+	canned := recordMockChat(b)
+	send := func(b *testing.B, h http.Handler, path string) {
+		b.Helper()
+		b.ReportAllocs()
+		for b.Loop() {
+			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader([]byte(benchChatBody)))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+npmAPIKey)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+			}
+		}
+	}
+
+	b.Run("bareproxy", func(b *testing.B) {
+		target, _ := url.Parse("http://upstream.invalid")
+		rp := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.Out.URL.Path = pr.In.URL.Path[len("/openai"):]
+				pr.SetURL(target)
+			},
+			Transport:     canned,
+			FlushInterval: -1,
+		}
+		send(b, rp, "/openai/v1/chat/completions")
+	})
+
+	b.Run("gateway", func(b *testing.B) {
+		dep, err := config.Parse(deploymentYAML("http://upstream.invalid"), "overhead benchmark deployment")
+		if err != nil {
+			b.Fatal(err)
+		}
+		gw, err := gateway.New(gateway.Options{
+			Registry:  builtin.Registry(),
+			Logger:    slog.New(slog.DiscardHandler),
+			Services:  policies.Services{Tokens: tokencount.New()},
+			Transport: canned,
+			KeyIndex: func(d *config.Deployment) (policies.KeyIndex, error) {
+				return config.NewKeyIndex(d), nil
+			},
+			BuildChains: config.BuildChains,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := gw.Apply(dep); err != nil {
+			b.Fatal(err)
+		}
+		send(b, gw.Handler(), "/openai/v1/chat/completions")
+	})
+}
