@@ -35,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"sluice/policies/ratelimit/store"
+	"sluice/policies/ratelimit/store/memstore"
 )
 
 // Ticket origins (store.Ticket.Origin).
@@ -109,7 +110,7 @@ type Store struct {
 	cluster bool
 	prefix  string
 	closed  bool // failure mode closed
-	local   *localStore
+	local   *memstore.Store
 	log     *slog.Logger
 	m       *metrics
 
@@ -151,7 +152,7 @@ func New(opts Options) (*Store, error) {
 		cluster: cluster,
 		prefix:  opts.KeyPrefix,
 		closed:  opts.FailureMode == FailClosed,
-		local:   newLocalStore(opts.Now),
+		local:   memstore.New(memstore.Options{Now: opts.Now}),
 		log:     opts.Logger,
 		m:       newMetrics(opts.Metrics),
 		reserve: redis.NewScript(luaReserve),
@@ -328,6 +329,11 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 	if t == nil || len(deltas) != len(debits) || len(t.Window) != len(debits) {
 		return fmt.Errorf("redisstore: Adjust with %d debits, %d deltas and a ticket of %d windows", len(debits), len(deltas), ticketLen(t))
 	}
+	for i := range debits {
+		if err := debits[i].Limit.Validate(); err != nil {
+			return fmt.Errorf("redisstore: key %q: %w", debits[i].Key, err)
+		}
+	}
 	if t.Origin == OriginLocal {
 		return s.local.Adjust(ctx, debits, t, deltas)
 	}
@@ -370,8 +376,12 @@ func (s *Store) dropErr(cause error) error {
 	return unavailable(cause)
 }
 
-// Close implements store.Store.
-func (s *Store) Close() error { return s.client.Close() }
+// Close implements store.Store: it closes the Redis client and stops the
+// fallback store's sweeper.
+func (s *Store) Close() error {
+	_ = s.local.Close()
+	return s.client.Close()
+}
 
 // keys prefixes the debit keys. On Redis Cluster all keys of one call must
 // hash to one slot (callers share a {scope} hash tag); a call that breaks

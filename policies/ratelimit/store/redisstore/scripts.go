@@ -6,9 +6,12 @@ package redisstore
 // every integer below stays exact up to 2^53 (about 285 years of microseconds
 // since 1970, far beyond any Max we accept).
 //
-// State is one string per counter, "a|b":
-//   token bucket:  "<level>|<ts_us>"   (absent = full)
-//   window:        "<ws_s>|<used>"     (older ws or absent = used 0)
+// State is one string per counter, "<alg>|a|b":
+//   token bucket:  "1|<level>|<ts_us>"   (absent = full)
+//   window:        "2|<ws_s>|<used>"     (3 for calendar month; an older ws
+//                                         or absent = used 0)
+// A stored state of another algorithm than the debit's counts as absent, as
+// in memstore.
 // Values are written with %.17g, which round-trips a double exactly; Redis
 // would otherwise format numbers with %.14g and lose precision.
 //
@@ -56,34 +59,53 @@ local function window(alg, per_us, now_s)
   return ws, ws + per_s
 end
 
-local function split(raw)
-  local a, b = string.match(raw, '^([^|]+)|(.+)$')
+-- load returns a key's stored state (a, b) when it was written by the same
+-- algorithm, else nil.
+local function load(key, alg)
+  local raw = redis.call('GET', key)
+  if not raw then return nil end
+  local sa, a, b = string.match(raw, '^(%d+)|([^|]+)|(.+)$')
+  if tonumber(sa) ~= alg then return nil end
   return tonumber(a), tonumber(b)
 end
 
--- bucket_level refills a bucket to now and returns its level and stamp. A
--- clock that went backwards refills nothing and keeps the later stamp.
-local function bucket_level(raw, max, per, now)
-  if not raw then return max, now end
-  local level, ts = split(raw)
-  if now <= ts then
-    if level > max then level = max end
-    return level, ts
+-- advance brings a stored state (a, b) to now and returns the current
+-- state. Bucket (level, ts): refill; a clock that went backwards refills
+-- nothing and keeps the later stamp; absent is full. Window (ws, used): a
+-- state of an older window, or absent, is the current window, empty.
+local function advance(alg, max, per, a, b, now, now_s)
+  if alg == 1 then
+    if a == nil then return max, now end
+    if now <= b then
+      if a > max then a = max end
+      return a, b
+    end
+    a = a + (now - b) * max / per
+    if a > max then a = max end
+    return a, now
   end
-  level = level + (now - ts) * max / per
-  if level > max then level = max end
-  return level, now
+  local ws = window(alg, per, now_s)
+  if a ~= ws then return ws, 0 end
+  return a, b
 end
 
--- put_bucket stores a bucket level, or deletes it when full (full is the
--- same as absent). TTL: time to full plus a 1 s margin.
-local function put_bucket(key, level, ts, max, per)
-  if level >= max then
-    redis.call('DEL', key)
+-- store writes a state with its TTL. A full bucket is the same as absent
+-- and is deleted instead (TTL of a bucket: time to full plus 1 s; of a
+-- window: until 1 s past its end). keep_ttl keeps a window's TTL.
+local function store(key, alg, max, per, a, b, now)
+  if alg == 1 then
+    if a >= max then
+      redis.call('DEL', key)
+      return
+    end
+    local ttl_ms = math.ceil((max - a) * per / max / 1000) + 1000
+    redis.call('SET', key, string.format('1|%.17g|%.17g', a, b), 'PX', ttl_ms)
     return
   end
-  local ttl_ms = math.ceil((max - level) * per / max / 1000) + 1000
-  redis.call('SET', key, string.format('%.17g|%.17g', level, ts), 'PX', ttl_ms)
+  local _, we = window(alg, per, a)
+  local ttl_ms = (we + 1) * 1000 - floor(now / 1000)
+  if ttl_ms < 1 then ttl_ms = 1 end
+  redis.call('SET', key, string.format('%d|%.17g|%.17g', alg, a, b), 'PX', ttl_ms)
 end
 
 -- now_us reads the clock: redis TIME when spec is empty (production).
@@ -104,104 +126,105 @@ end
 
 // luaReserve charges (ARGV[1] == "r") or inspects (ARGV[1] == "p") every
 // key, all or nothing. ARGV[2] is the clock spec (see now_us). Per key i,
-// ARGV[3+4(i-1) ..] = alg, max, period_us, amount. Reply: {allowed, denied
-// (0-based, -1 when allowed), retry_us, never, then per key remaining,
-// reset_us, window_s}.
+// ARGV[3+4(i-1) ..] = alg, max, period_us, amount. A key listed twice is
+// charged twice, the later debit seeing the earlier one's charge (as in
+// memstore). Reply: {allowed, denied (0-based, -1 when allowed), retry_us,
+// never, then per key remaining, reset_us, window_s}.
 const luaReserve = luaCommon + `
 local charge = ARGV[1] == 'r'
 local now, now_s = now_us(ARGV[2])
 local n = #KEYS
-local alg, max, per, amt, lvl, ts, ws, we = {}, {}, {}, {}, {}, {}, {}, {}
+local alg, max, per, amt = {}, {}, {}, {}
+local ba, bb, xa, xb = {}, {}, {}, {}  -- base and after-charge states
+local prev, last = {}, {}              -- latest index per key; last occurrence
 local denied, retry, never = -1, 0, 0
 for i = 1, n do
-  local b = 3 + (i - 1) * 4
-  local a, m, p, x = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local k = 3 + (i - 1) * 4
+  local a, m, p, x = tonumber(ARGV[k]), tonumber(ARGV[k + 1]), tonumber(ARGV[k + 2]), tonumber(ARGV[k + 3])
   alg[i], max[i], per[i], amt[i] = a, m, p, x
-  local r = redis.call('GET', KEYS[i])
-  local ok
-  if a == 1 then
-    lvl[i], ts[i] = bucket_level(r, m, p, now)
-    ok = lvl[i] >= x
-    if not ok and denied < 0 then
-      denied = i - 1
-      if x > m then never = 1 else retry = math.ceil((x - lvl[i]) * p / m) end
-    end
+  local key = KEYS[i]
+  local ca, cb
+  local j = prev[key]
+  if j then
+    ba[i], bb[i] = ba[j], bb[j]
+    ca, cb = xa[j], xb[j]
+    last[j] = false
   else
-    local s, e = window(a, p, now_s)
-    ws[i], we[i] = s, e
-    local used = 0
-    if r then
-      local sws, su = split(r)
-      if sws == s then used = su end
-    end
-    lvl[i] = used
-    ok = used + x <= m
-    if not ok and denied < 0 then
+    local sa, sb = load(key, a)
+    ca, cb = advance(a, m, p, sa, sb, now, now_s)
+    ba[i], bb[i] = ca, cb
+  end
+  prev[key], last[i] = i, true
+  if a == 1 then
+    if denied < 0 and ca < x then
       denied = i - 1
-      if x > m then never = 1 else retry = e * 1000000 - now end
+      if x > m then never = 1 else retry = math.ceil((x - ca) * p / m) end
     end
+    xa[i], xb[i] = ca - x, cb
+  else
+    if denied < 0 and cb + x > m then
+      denied = i - 1
+      if x > m then
+        never = 1
+      else
+        local _, we = window(a, p, now_s)
+        retry = we * 1000000 - now
+      end
+    end
+    xa[i], xb[i] = ca, cb + x
   end
 end
 local allowed = 0
-if denied < 0 then
-  allowed = 1
-  if charge then
-    for i = 1, n do
-      if amt[i] > 0 then
-        if alg[i] == 1 then
-          lvl[i] = lvl[i] - amt[i]
-          put_bucket(KEYS[i], lvl[i], ts[i], max[i], per[i])
-        else
-          lvl[i] = lvl[i] + amt[i]
-          local ttl_ms = (we[i] + 1) * 1000 - floor(now / 1000)
-          redis.call('SET', KEYS[i], string.format('%.17g|%.17g', ws[i], lvl[i]), 'PX', ttl_ms)
-        end
-      end
-    end
-  end
-end
+if denied < 0 then allowed = 1 end
 local out = {allowed, denied, retry, never}
 for i = 1, n do
+  local a, b = ba[i], bb[i]
+  if allowed == 1 and charge then
+    a, b = xa[i], xb[i]
+    if last[i] then store(KEYS[i], alg[i], max[i], per[i], a, b, now) end
+  end
   if alg[i] == 1 then
     local full = 0
-    if lvl[i] < max[i] then full = math.ceil((max[i] - lvl[i]) * per[i] / max[i]) end
-    out[#out + 1] = floor(lvl[i])
+    if a < max[i] then full = math.ceil((max[i] - a) * per[i] / max[i]) end
+    out[#out + 1] = floor(a)
     out[#out + 1] = full
     out[#out + 1] = 0
   else
-    out[#out + 1] = max[i] - lvl[i]
-    out[#out + 1] = we[i] * 1000000 - now
-    out[#out + 1] = ws[i]
+    local _, we = window(alg[i], per[i], now_s)
+    out[#out + 1] = max[i] - b
+    out[#out + 1] = we * 1000000 - now
+    out[#out + 1] = a
   end
 end
 return out
 `
 
-// luaAdjust applies signed deltas. ARGV[1] is the clock spec. Per key i,
-// ARGV[2+5(i-1) ..] = alg, max, period_us, window_s (from the ticket), delta.
-// Reply: the number of keys changed.
+// luaAdjust applies signed deltas in order. ARGV[1] is the clock spec. Per
+// key i, ARGV[2+5(i-1) ..] = alg, max, period_us, window_s (from the
+// ticket), delta. A bucket is refilled, then level -= delta, capped at max
+// (absent counts as full). A window changes only while its stored window is
+// the ticket's: used = max(0, used + delta), TTL kept. Reply: the number of
+// keys changed.
 const luaAdjust = luaCommon + `
 local now = now_us(ARGV[1])
 local changed = 0
 for i = 1, #KEYS do
-  local b = 2 + (i - 1) * 5
-  local a, m, p, w, d = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local k = 2 + (i - 1) * 5
+  local a, m, p, w, d = tonumber(ARGV[k]), tonumber(ARGV[k + 1]), tonumber(ARGV[k + 2]), tonumber(ARGV[k + 3]), tonumber(ARGV[k + 4])
   if d ~= 0 then
-    local r = redis.call('GET', KEYS[i])
+    local key = KEYS[i]
+    local sa, sb = load(key, a)
     if a == 1 then
-      local l, ts = bucket_level(r, m, p, now)
+      local l, ts = advance(1, m, p, sa, sb, now, 0)
       l = l - d
       if l > m then l = m end
-      put_bucket(KEYS[i], l, ts, m, p)
+      store(key, 1, m, p, l, ts, now)
       changed = changed + 1
-    elseif r then
-      local sws, su = split(r)
-      if sws == w then
-        su = su + d
-        if su < 0 then su = 0 end
-        redis.call('SET', KEYS[i], string.format('%.17g|%.17g', sws, su), 'KEEPTTL')
-        changed = changed + 1
-      end
+    elseif sa == w then
+      sb = sb + d
+      if sb < 0 then sb = 0 end
+      redis.call('SET', key, string.format('%d|%.17g|%.17g', a, sa, sb), 'KEEPTTL')
+      changed = changed + 1
     end
   end
 end
