@@ -1,0 +1,398 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"sluice/gateway/config"
+	"sluice/gwerror"
+	"sluice/llmapi"
+	"sluice/policies"
+	"sluice/sharedctx"
+	"sluice/sse"
+)
+
+// fakeLLM is a small OpenAI-shaped upstream. Headers steer it:
+// x-mock-status (answer with that status and an error body),
+// x-mock-token-delay-ms (delay between streamed chunks),
+// x-mock-drop-after (cut the connection after that many streamed events),
+// x-fake-hang (never answer until the request is cancelled).
+type fakeLLM struct {
+	hits atomic.Int64
+	// status, when non-zero, overrides every answer's status (for a target
+	// that is down).
+	status int
+	mu     sync.Mutex
+	// lastBody and lastHeader are the most recent upstream request.
+	lastBody   []byte
+	lastHeader http.Header
+}
+
+func (f *fakeLLM) last() ([]byte, http.Header) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastBody, f.lastHeader
+}
+
+func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.hits.Add(1)
+	body, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	f.lastBody, f.lastHeader = body, r.Header.Clone()
+	f.mu.Unlock()
+	status := f.status
+	if s := r.Header.Get("x-mock-status"); s != "" {
+		status, _ = strconv.Atoi(s)
+	}
+	if r.Header.Get("x-fake-hang") != "" {
+		<-r.Context().Done()
+		return
+	}
+	if status != 0 && status != 200 {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Upstream-Marker", "yes")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"error":{"message":"mock failure %d","type":"mock_error","param":null,"code":"mock_%d"}}`, status, status)
+		return
+	}
+	var req struct {
+		Model         string `json:"model"`
+		Stream        bool   `json:"stream"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	_ = json.Unmarshal(body, &req)
+	switch r.URL.Path {
+	case "/v1/embeddings":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,0.2,0.3]}],"model":%q,"usage":{"prompt_tokens":4,"total_tokens":4}}`, req.Model)
+	case "/v1/chat/completions":
+		if req.Stream {
+			f.stream(w, r, req.Model, req.StreamOptions.IncludeUsage)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hello there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`, req.Model)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+const fakeTokens = 5
+
+func (f *fakeLLM) stream(w http.ResponseWriter, r *http.Request, model string, includeUsage bool) {
+	delay, _ := strconv.Atoi(r.Header.Get("x-mock-token-delay-ms"))
+	dropAfter := -1
+	if s := r.Header.Get("x-mock-drop-after"); s != "" {
+		dropAfter, _ = strconv.Atoi(s)
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	fl := w.(http.Flusher)
+	sent := 0
+	emit := func(data string) bool {
+		if dropAfter >= 0 && sent >= dropAfter {
+			// Cut the connection without the terminating chunk.
+			panic(http.ErrAbortHandler)
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
+			return false
+		}
+		fl.Flush()
+		sent++
+		return true
+	}
+	usageNull := ""
+	if includeUsage {
+		usageNull = `,"usage":null`
+	}
+	for i := 0; i < fakeTokens; i++ {
+		if delay > 0 && i > 0 {
+			select {
+			case <-time.After(time.Duration(delay) * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if !emit(fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":%q,"choices":[{"index":0,"delta":{"content":"tok%d "},"finish_reason":null}]%s}`, model, i, usageNull)) {
+			return
+		}
+	}
+	emit(fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":%q,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]%s}`, model, usageNull))
+	if includeUsage {
+		emit(fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":%q,"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":%d,"total_tokens":%d}}`, model, fakeTokens, 10+fakeTokens))
+	}
+	emit("[DONE]")
+}
+
+// finalRecord is one final call a recorder received.
+type finalRecord struct {
+	Tag     string
+	Kind    policies.OutcomeKind
+	Status  int
+	Usage   *llmapi.Usage
+	StateOK bool
+}
+
+// recLog collects recorder events per request id. Safe for concurrent use.
+type recLog struct {
+	mu       sync.Mutex
+	finals   map[string][]finalRecord
+	requests map[string][]string
+	changed  chan struct{}
+}
+
+func newRecLog() *recLog {
+	return &recLog{finals: map[string][]finalRecord{}, requests: map[string][]string{}, changed: make(chan struct{}, 1)}
+}
+
+func (l *recLog) addRequest(id, tag string) {
+	l.mu.Lock()
+	l.requests[id] = append(l.requests[id], tag)
+	l.mu.Unlock()
+}
+
+func (l *recLog) addFinal(id string, f finalRecord) {
+	l.mu.Lock()
+	l.finals[id] = append(l.finals[id], f)
+	l.mu.Unlock()
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// waitFinals waits until id has at least n final records, then a short
+// settle period to catch duplicates, and returns them.
+func (l *recLog) waitFinals(t *testing.T, id string, n int) []finalRecord {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		l.mu.Lock()
+		got := len(l.finals[id])
+		l.mu.Unlock()
+		if got >= n {
+			break
+		}
+		select {
+		case <-l.changed:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Fatalf("request %s: want %d final calls, got %d: %+v", id, n, len(l.finals[id]), l.finals[id])
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]finalRecord(nil), l.finals[id]...)
+}
+
+type recParams struct {
+	Tag string `json:"tag"`
+	// Reject rejects every request in the request phase with 403.
+	Reject bool `json:"reject,omitempty"`
+	// Panic panics in the named phase: request, response or stream.
+	Panic string `json:"panic,omitempty"`
+	// Header is added to the client's response.
+	Header string `json:"header,omitempty"`
+}
+
+type recorder struct {
+	p    recParams
+	id   string
+	log  *recLog
+	slot string
+}
+
+func (r *recorder) OnRequest(c *policies.Call) *gwerror.Error {
+	r.log.addRequest(c.Shared.RequestID, r.p.Tag)
+	// Per-request state under this instance's own key.
+	c.Shared.Metadata[r.slot] = r.p.Tag + "/" + c.Shared.RequestID
+	if r.p.Header != "" {
+		c.ClientHeader.Set("X-Rec-"+r.p.Tag, r.p.Header)
+	}
+	if r.p.Panic == "request" {
+		panic("recorder " + r.p.Tag + " panics on purpose")
+	}
+	if r.p.Reject {
+		return gwerror.New(http.StatusForbidden, gwerror.TypePermission, "rec_rejected", "rejected by "+r.p.Tag)
+	}
+	return nil
+}
+
+func (r *recorder) OnResponse(c *policies.Call, resp *policies.Response) *gwerror.Error {
+	if r.p.Panic == "response" {
+		panic("recorder panics in response")
+	}
+	return nil
+}
+
+func (r *recorder) OnStreamEvent(c *policies.Call, ev *sse.Event) {
+	if r.p.Panic == "stream" {
+		panic("recorder panics in stream")
+	}
+}
+
+func (r *recorder) OnFinal(c *policies.Call, o *policies.Outcome) {
+	ok := c.Shared.Metadata[r.slot] == r.p.Tag+"/"+c.Shared.RequestID
+	r.log.addFinal(c.Shared.RequestID, finalRecord{Tag: r.p.Tag, Kind: o.Kind, Status: o.Status, Usage: o.Usage, StateOK: ok})
+}
+
+func testRegistry(log *recLog) *policies.Registry {
+	def := policies.Define("recorder", "v1", "records every phase (tests only)",
+		func(p *recParams, ri policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
+			return &recorder{p: *p, id: ri.InstanceID, log: log, slot: sharedctx.InstanceKey(ri.InstanceID, "rec")}, nil
+		})
+	return policies.NewRegistry(def)
+}
+
+func rec(tag string, extra map[string]any) config.PolicyEntry {
+	params := map[string]any{"tag": tag}
+	for k, v := range extra {
+		params[k] = v
+	}
+	return config.PolicyEntry{Name: "recorder", Version: "v1", Params: params}
+}
+
+func deployment(targets []string, retries int, chain ...config.PolicyEntry) *config.Deployment {
+	return &config.Deployment{
+		APIVersion: "sluice/v1",
+		Providers: []config.Provider{{Name: "openai", Type: "openai", Targets: targets,
+			Auth:    &config.Auth{Header: "Authorization", Value: "Bearer upstream-secret"},
+			Retries: &retries, Timeout: config.Duration(2 * time.Second)}},
+		Routes: []config.Route{{Name: "r1", Context: "/openai", Provider: "openai", Policies: chain}},
+	}
+}
+
+type testEnv struct {
+	gw   *Gateway
+	base string // http://127.0.0.1:port
+	log  *recLog
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startGateway(t *testing.T, d *config.Deployment) *testEnv {
+	t.Helper()
+	rl := newRecLog()
+	logs := &syncBuffer{}
+	gw, err := New(Options{
+		Registry: testRegistry(rl),
+		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Backoff:  func(int) time.Duration { return time.Millisecond },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Apply(d); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = gw.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = gw.Shutdown(ctx)
+		<-done
+	})
+	return &testEnv{gw: gw, base: "http://" + ln.Addr().String(), log: rl, logs: logs}
+}
+
+func startUpstream(t *testing.T, f http.Handler) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(f)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (e *testEnv) client(opts ...option.RequestOption) openai.Client {
+	all := append([]option.RequestOption{
+		option.WithBaseURL(e.base + "/openai/v1/"),
+		option.WithAPIKey("client-key"),
+		option.WithMaxRetries(0),
+	}, opts...)
+	return openai.NewClient(all...)
+}
+
+// post sends a raw request to the gateway.
+func (e *testEnv) post(t *testing.T, path, contentType, body string, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.base+path, bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+// envelope decodes an OpenAI error envelope, failing when the body is not one.
+func envelope(t *testing.T, body []byte) (code, message string) {
+	t.Helper()
+	var e struct {
+		Error *struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil {
+		t.Fatalf("not an error envelope: %s", body)
+	}
+	if e.Error.Type == "" {
+		t.Fatalf("envelope without type: %s", body)
+	}
+	return e.Error.Code, e.Error.Message
+}

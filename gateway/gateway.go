@@ -1,0 +1,308 @@
+// Package gateway is Sluice's data plane: it routes requests by path prefix to a
+// provider, runs each route's policy chain around the upstream call, proxies
+// bodies and SSE streams, and serves health and metrics endpoints.
+//
+// Configuration is an immutable snapshot built from a config.Deployment and
+// swapped atomically by Apply; a request keeps the snapshot it started with, so
+// reloads never disturb requests in flight.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"sluice/gateway/config"
+	"sluice/policies"
+)
+
+// Defaults applied when the deployment leaves a value at zero.
+const (
+	DefaultMaxRequestBytes = 10 << 20
+	DefaultShutdownGrace   = 30 * time.Second
+	DefaultUpstreamTimeout = 60 * time.Second
+	DefaultRetries         = 2
+	// maxResponseBytes bounds a non-streamed upstream body held in memory.
+	maxResponseBytes = 256 << 20
+)
+
+// Options configure a Gateway. Everything here outlives reloads: counter state
+// in Services.Counters survives every Apply.
+type Options struct {
+	// Registry holds the policy definitions chains are built from (required).
+	Registry *policies.Registry
+	// Logger receives access errors, reload results and recovered panics.
+	Logger *slog.Logger
+	// Metrics is the registry /metrics serves; gateway collectors and policy
+	// collectors (Services.Metrics) are registered on it. nil: a new registry.
+	Metrics *prometheus.Registry
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Services are passed to policy constructors. Keys is replaced per
+	// deployment (built from its applications) when KeyIndex is set.
+	Services policies.Services
+	// KeyIndex builds the API key index of a deployment (nil: keep Services.Keys).
+	KeyIndex func(d *config.Deployment) (policies.KeyIndex, error)
+	// BuildChains builds the chains of a deployment keyed by route name (nil:
+	// the gateway's own builder, which calls Registry.BuildChain per route).
+	BuildChains func(d *config.Deployment, reg *policies.Registry, svc *policies.Services) (map[string]*policies.Chain, error)
+	// Transport is the upstream round tripper (nil: a tuned *http.Transport).
+	Transport http.RoundTripper
+	// Backoff is the wait before retry attempt i (1-based); nil: 25ms doubling,
+	// capped at 250ms.
+	Backoff func(attempt int) time.Duration
+}
+
+// Gateway is the data plane. Its methods are safe for concurrent use.
+type Gateway struct {
+	opts      Options
+	log       *slog.Logger
+	now       func() time.Time
+	transport http.RoundTripper
+	metrics   *metrics
+	echo      *echo.Echo
+	snap      atomic.Pointer[snapshot]
+	ids       requestIDs
+	bufs      sync.Pool // *bytes.Buffer for upstream bodies
+
+	// applyMu serialises Apply so snapshots are built one at a time.
+	applyMu sync.Mutex
+
+	srvMu sync.Mutex
+	srv   *http.Server
+}
+
+// New returns a Gateway without configuration; /readyz fails and proxied paths
+// answer 503 until the first successful Apply.
+func New(opts Options) (*Gateway, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("gateway: Options.Registry is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = prometheus.NewRegistry()
+	}
+	if opts.Services.Logger == nil {
+		opts.Services.Logger = opts.Logger
+	}
+	if opts.Services.Now == nil {
+		opts.Services.Now = opts.Now
+	}
+	if opts.Services.Metrics == nil {
+		opts.Services.Metrics = opts.Metrics
+	}
+	if opts.Backoff == nil {
+		opts.Backoff = defaultBackoff
+	}
+	g := &Gateway{
+		opts:      opts,
+		log:       opts.Logger,
+		now:       opts.Now,
+		transport: opts.Transport,
+		ids:       newRequestIDs(),
+	}
+	if g.transport == nil {
+		g.transport = NewTransport()
+	}
+	m, err := newMetrics(opts.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	g.metrics = m
+	g.echo = g.newEcho()
+	return g, nil
+}
+
+// NewTransport returns the upstream transport: keep-alive pools sized for a
+// busy gateway (net/http's default of 2 idle connections per host makes every
+// burst open new connections), HTTP/1.1 only.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 0,
+		WriteBufferSize:       32 << 10,
+		ReadBufferSize:        32 << 10,
+		ForceAttemptHTTP2:     false,
+	}
+}
+
+func defaultBackoff(attempt int) time.Duration {
+	d := 25 * time.Millisecond << (attempt - 1)
+	if d > 250*time.Millisecond || d <= 0 {
+		d = 250 * time.Millisecond
+	}
+	return d
+}
+
+func (g *Gateway) newEcho() *echo.Echo {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.Logger.SetOutput(discard{})
+	e.GET("/healthz", func(c echo.Context) error {
+		return c.String(http.StatusOK, "ok\n")
+	})
+	e.GET("/readyz", func(c echo.Context) error {
+		if g.snap.Load() == nil {
+			return c.String(http.StatusServiceUnavailable, "no configuration loaded\n")
+		}
+		return c.String(http.StatusOK, "ready\n")
+	})
+	mh := promhttp.HandlerFor(g.opts.Metrics, promhttp.HandlerOpts{})
+	e.GET("/metrics", echo.WrapHandler(mh))
+	proxy := func(c echo.Context) error {
+		g.serveProxy(c.Response().Writer, c.Request())
+		return nil
+	}
+	e.Any("/", proxy)
+	e.Any("/*", proxy)
+	return e
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Handler returns the HTTP handler serving proxied routes and the operations
+// endpoints /healthz, /readyz and /metrics.
+func (g *Gateway) Handler() http.Handler { return g.echo }
+
+// Serve accepts connections on ln until Shutdown. It returns
+// http.ErrServerClosed after a Shutdown.
+func (g *Gateway) Serve(ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g.echo,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	g.srvMu.Lock()
+	if g.srv != nil {
+		g.srvMu.Unlock()
+		return errors.New("gateway: already serving")
+	}
+	g.srv = srv
+	g.srvMu.Unlock()
+	return srv.Serve(ln)
+}
+
+// Shutdown stops accepting connections and waits for in-flight requests and
+// streams to finish until ctx is done; then it closes the remaining
+// connections (their requests end Cancelled) and returns ctx's error.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.srvMu.Lock()
+	srv := g.srv
+	g.srvMu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	return err
+}
+
+// ShutdownGrace is the drain bound of the current configuration.
+func (g *Gateway) ShutdownGrace() time.Duration {
+	if s := g.snap.Load(); s != nil {
+		return s.shutdownGrace
+	}
+	return DefaultShutdownGrace
+}
+
+// Ready reports whether a configuration is loaded.
+func (g *Gateway) Ready() bool { return g.snap.Load() != nil }
+
+// Apply builds a snapshot from d (providers, key index, chains) and swaps it in
+// atomically. On error the current snapshot stays in place. Requests in flight
+// finish on the snapshot they started with.
+func (g *Gateway) Apply(d *config.Deployment) error {
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
+	s, err := g.buildSnapshot(d)
+	if err != nil {
+		g.metrics.reloads.WithLabelValues("error").Inc()
+		return err
+	}
+	g.snap.Store(s)
+	g.metrics.reloads.WithLabelValues("success").Inc()
+	return nil
+}
+
+// Reload loads a deployment with load and applies it; on any error it keeps
+// the last good configuration and logs why. It returns the error.
+func (g *Gateway) Reload(load func() (*config.Deployment, error)) error {
+	d, err := load()
+	if err != nil {
+		g.metrics.reloads.WithLabelValues("error").Inc()
+		g.log.Error("configuration reload failed; keeping the last good configuration", "error", err)
+		return err
+	}
+	if err := g.Apply(d); err != nil {
+		g.log.Error("configuration reload failed; keeping the last good configuration", "source", d.Source, "error", err)
+		return err
+	}
+	g.log.Info("configuration loaded", "source", d.Source, "routes", len(d.Routes))
+	return nil
+}
+
+// requestIDs generates request ids: a random per-process prefix and a counter,
+// unique without a syscall per request.
+type requestIDs struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newRequestIDs() requestIDs {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return requestIDs{prefix: hex.EncodeToString(b[:])}
+}
+
+func (r *requestIDs) next() string {
+	return fmt.Sprintf("%s-%08x", r.prefix, r.n.Add(1))
+}
+
+// validRequestID accepts client ids of 1..128 characters from a safe set, so
+// they can be echoed in headers and logs unescaped.
+func validRequestID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-', c == '_', c == '.', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}

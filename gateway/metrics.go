@@ -1,0 +1,65 @@
+package gateway
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the data plane's collectors. Labels are bounded: route names and
+// providers come from configuration, statuses are HTTP codes, reasons a fixed set.
+type metrics struct {
+	requests     *prometheus.CounterVec   // route, endpoint, status
+	latency      *prometheus.HistogramVec // route, status
+	attempts     *prometheus.CounterVec   // provider, target
+	upstreamErrs *prometheus.CounterVec   // provider, target, reason
+	retries      *prometheus.CounterVec   // provider
+	reloads      *prometheus.CounterVec   // result
+	inflight     prometheus.Gauge
+}
+
+// Upstream error reasons (label values of sluice_upstream_errors_total).
+const (
+	reasonConnect = "connect"
+	reasonTimeout = "timeout"
+	reason5xx     = "status_5xx"
+	reasonStream  = "stream_cut"
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_total",
+			Help: "Requests answered by the data plane, by route, endpoint and HTTP status.",
+		}, []string{"route", "endpoint", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_request_duration_seconds",
+			Help:    "Time from receiving a request to the end of its response (streams included), by route and status.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"route", "status"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_attempts_total",
+			Help: "Upstream attempts (including retries), by provider and target.",
+		}, []string{"provider", "target"}),
+		upstreamErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_errors_total",
+			Help: "Failed upstream attempts, by provider, target and reason (connect, timeout, status_5xx, stream_cut).",
+		}, []string{"provider", "target", "reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_retries_total",
+			Help: "Upstream retries (attempts after the first), by provider.",
+		}, []string{"provider"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Configuration loads, by result (success, error).",
+		}, []string{"result"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_inflight_requests",
+			Help: "Proxied requests in flight.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.attempts, m.upstreamErrs, m.retries, m.reloads, m.inflight} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

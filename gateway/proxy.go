@@ -1,0 +1,477 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"sluice/gwerror"
+	"sluice/llmapi"
+	"sluice/policies"
+	"sluice/sharedctx"
+	"sluice/sse"
+)
+
+// statusClientClosed is recorded in metrics when the client went away before a
+// status could be sent (nginx's convention).
+const statusClientClosed = 499
+
+// exchange is one proxied request as the data plane handles it. It lives on
+// the goroutine serving the request.
+type exchange struct {
+	g     *Gateway
+	w     http.ResponseWriter
+	r     *http.Request
+	reqID string
+	rt    *route
+	ep    llmapi.Endpoint
+	call  *policies.Call
+	run   *policies.Run
+	// status is the status sent to the client (0 until headers are written).
+	status int
+}
+
+func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
+	start := g.now()
+	g.metrics.inflight.Inc()
+	x := &exchange{g: g, w: w, r: r}
+	defer func() {
+		v := recover()
+		if v != nil {
+			if v == http.ErrAbortHandler {
+				x.finishAbort()
+				g.metrics.inflight.Dec()
+				panic(v)
+			}
+			g.log.Error("gateway handler panicked", "request_id", x.reqID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if x.run != nil {
+				x.run.Finish(policies.Outcome{Kind: policies.Failed, Status: http.StatusInternalServerError,
+					Err: fmt.Errorf("panic: %v", v)})
+			}
+			if x.status == 0 {
+				x.fail(gwerror.Internal(x.reqID))
+			}
+		}
+		x.finishAbort()
+		g.metrics.inflight.Dec()
+		x.record(start)
+	}()
+	x.serve()
+}
+
+// finishAbort guarantees the run's final call on paths that did not finish it.
+func (x *exchange) finishAbort() {
+	if x.run != nil {
+		x.run.Abort()
+	}
+}
+
+// record updates the request metrics once the response is over.
+func (x *exchange) record(start time.Time) {
+	status := x.status
+	if status == 0 {
+		status = statusClientClosed
+	}
+	route, ep := "", string(x.ep)
+	if x.rt != nil {
+		route = x.rt.name
+	}
+	code := strconv.Itoa(status)
+	x.g.metrics.requests.WithLabelValues(route, ep, code).Inc()
+	x.g.metrics.latency.WithLabelValues(route, code).Observe(x.g.now().Sub(start).Seconds())
+}
+
+func (x *exchange) serve() {
+	g, w, r := x.g, x.w, x.r
+	x.reqID = r.Header.Get("X-Request-Id")
+	if !validRequestID(x.reqID) {
+		x.reqID = g.ids.next()
+	}
+	w.Header().Set("X-Request-Id", x.reqID)
+
+	snap := g.snap.Load()
+	if snap == nil {
+		x.fail(gwerror.New(http.StatusServiceUnavailable, gwerror.TypeServer, "not_ready", "the gateway has no configuration loaded yet"))
+		return
+	}
+	rt, rest := snap.match(r.URL.Path)
+	if rt == nil {
+		x.fail(gwerror.New(http.StatusNotFound, gwerror.TypeInvalidRequest, gwerror.CodeRouteNotFound,
+			"no route serves "+r.URL.Path))
+		return
+	}
+	x.rt = rt
+	ep, ok := llmapi.EndpointForPath(rest)
+	if !ok {
+		x.fail(gwerror.New(http.StatusNotFound, gwerror.TypeInvalidRequest, gwerror.CodeRouteNotFound,
+			fmt.Sprintf("route %s does not serve %s; the endpoints are /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and /v1/messages under %s", rt.name, rest, rt.context)))
+		return
+	}
+	x.ep = ep
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		x.fail(gwerror.New(http.StatusMethodNotAllowed, gwerror.TypeInvalidRequest, gwerror.CodeInvalidRequest,
+			r.Method+" is not allowed; use POST"))
+		return
+	}
+	if gerr := checkContentType(r.Header.Get("Content-Type")); gerr != nil {
+		x.fail(gerr)
+		return
+	}
+	body, gerr := readBody(r, snap.maxRequestBytes)
+	if gerr != nil {
+		x.fail(gerr)
+		return
+	}
+	llm, gerr := llmapi.Parse(ep, body)
+	if gerr != nil {
+		x.fail(gerr)
+		return
+	}
+
+	shared := sharedctx.New(x.reqID, rt.name, rt.name, rt.provider.name)
+	shared.Endpoint = string(ep)
+	shared.Model = llm.Model
+	x.call = &policies.Call{
+		Ctx:    r.Context(),
+		Shared: shared,
+		Request: &policies.Request{
+			Method:   r.Method,
+			Path:     rest,
+			Header:   r.Header,
+			Query:    r.URL.Query(),
+			RemoteIP: remoteIP(r),
+			LLM:      llm,
+		},
+		ClientHeader: make(http.Header),
+		Started:      g.now(),
+	}
+	x.run = rt.chain.Start(x.call)
+	if gerr := x.run.Request(); gerr != nil {
+		x.fail(gerr)
+		return
+	}
+	x.proxy()
+}
+
+// proxy runs everything after admission: upstream, response phase, delivery
+// and the final outcome.
+func (x *exchange) proxy() {
+	g, llm, p := x.g, x.call.Request.LLM, x.rt.provider
+	ctx := x.r.Context()
+
+	// OpenAI reports stream usage only when asked; the gateway asks on the
+	// client's behalf and hides the extra chunk from a client that did not.
+	hideUsage := false
+	if llm.Stream && p.typ == "openai" && (x.ep == llmapi.ChatCompletions || x.ep == llmapi.Completions) && !llm.ClientIncludeUsage {
+		if err := llm.SetIncludeUsage(); err == nil {
+			hideUsage = true
+		}
+	}
+
+	x.run.MarkUpstream()
+	resp, err := g.forward(ctx, p, x.call)
+	if err != nil {
+		if ctx.Err() != nil {
+			x.finish(policies.Cancelled, 0, nil, ctx.Err())
+			return
+		}
+		var gerr *gwerror.Error
+		var ue *upstreamError
+		if errors.As(err, &ue) && ue.timeout {
+			gerr = gwerror.New(http.StatusGatewayTimeout, gwerror.TypeUpstream, gwerror.CodeUpstreamTimeout,
+				"the upstream provider "+p.name+" did not answer in time")
+		} else {
+			gerr = gwerror.New(http.StatusBadGateway, gwerror.TypeUpstream, gwerror.CodeUpstreamUnavailable,
+				"the upstream provider "+p.name+" is unreachable")
+		}
+		x.fail(gerr)
+		x.finish(policies.UpstreamFailed, gerr.Status, nil, err)
+		return
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		x.passThroughError(resp)
+		return
+	}
+	if llm.Stream && isEventStream(resp.Header.Get("Content-Type")) {
+		x.stream(resp, hideUsage)
+		return
+	}
+	x.body(resp)
+}
+
+// passThroughError hands a non-2xx upstream answer to the client unchanged.
+func (x *exchange) passThroughError(resp *http.Response) {
+	buf := x.g.getBuf()
+	defer x.g.putBuf(buf)
+	_, rerr := readBounded(buf, resp.Body, maxResponseBytes)
+	h := x.w.Header()
+	copyResponseHeader(h, resp.Header)
+	x.addClientHeaders()
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	x.writeHeader(resp.StatusCode)
+	_, _ = x.w.Write(buf.Bytes())
+	x.finish(policies.UpstreamFailed, resp.StatusCode, nil, rerr)
+}
+
+func (x *exchange) body(resp *http.Response) {
+	ctx := x.r.Context()
+	buf := x.g.getBuf()
+	defer x.g.putBuf(buf)
+	if _, err := readBounded(buf, resp.Body, maxResponseBytes); err != nil {
+		if ctx.Err() != nil {
+			x.finish(policies.Cancelled, 0, nil, ctx.Err())
+			return
+		}
+		x.g.metrics.upstreamErrs.WithLabelValues(x.rt.provider.name, targetOf(resp), reasonStream).Inc()
+		gerr := gwerror.New(http.StatusBadGateway, gwerror.TypeUpstream, gwerror.CodeUpstreamUnavailable,
+			"the upstream response from "+x.rt.provider.name+" was cut short")
+		x.fail(gerr)
+		x.finish(policies.UpstreamFailed, gerr.Status, nil, err)
+		return
+	}
+	body := buf.Bytes()
+	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.N)
+	if err != nil {
+		x.g.log.Debug("no usage in upstream body", "request_id", x.reqID, "error", err)
+	}
+	if usage != nil {
+		x.call.Shared.Metadata[sharedctx.KeyLLMUsage] = usage
+	}
+	presp := &policies.Response{Status: resp.StatusCode, Header: resp.Header, Body: body, Usage: usage}
+	if gerr := x.run.Response(presp); gerr != nil {
+		x.fail(gerr)
+		// The upstream work was done: policies settle with its usage.
+		x.finish(policies.Completed, gerr.Status, usage, gerr)
+		return
+	}
+	h := x.w.Header()
+	copyResponseHeader(h, presp.Header)
+	x.addClientHeaders()
+	h.Set("Content-Length", strconv.Itoa(len(presp.Body)))
+	x.writeHeader(presp.Status)
+	if _, err := x.w.Write(presp.Body); err != nil {
+		x.finish(policies.Cancelled, presp.Status, usage, err)
+		return
+	}
+	x.finish(policies.Completed, presp.Status, usage, nil)
+}
+
+// stream forwards an SSE response event by event, flushing each at once.
+func (x *exchange) stream(resp *http.Response, hideUsage bool) {
+	ctx := x.r.Context()
+	llm := x.call.Request.LLM
+	tracker := llmapi.NewStreamTracker(x.ep, llm.N)
+	presp := &policies.Response{Status: resp.StatusCode, Header: resp.Header, Stream: true}
+	if gerr := x.run.Response(presp); gerr != nil {
+		x.fail(gerr)
+		x.finish(policies.Completed, gerr.Status, nil, gerr)
+		return
+	}
+	h := x.w.Header()
+	copyResponseHeader(h, presp.Header)
+	x.addClientHeaders()
+	h.Del("Content-Length")
+	h.Set("X-Accel-Buffering", "no")
+	x.writeHeader(presp.Status)
+	rc := http.NewResponseController(x.w)
+	if err := rc.Flush(); err != nil {
+		x.finish(policies.Cancelled, presp.Status, nil, err)
+		return
+	}
+
+	rd := sse.NewReader(resp.Body)
+	ended := false
+	kind := policies.Completed
+	var endErr error
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				kind, endErr = policies.Cancelled, ctx.Err()
+			case err == io.EOF && ended:
+			default:
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				kind, endErr = policies.UpstreamFailed, err
+				x.g.metrics.upstreamErrs.WithLabelValues(x.rt.provider.name, targetOf(resp), reasonStream).Inc()
+			}
+			break
+		}
+		if terminalEvent(ev) {
+			ended = true
+		}
+		if tracker.Observe(ev) && hideUsage {
+			continue
+		}
+		if gerr := x.run.StreamEvent(ev); gerr != nil {
+			// A stream policy panicked (the runner logged it); the stream
+			// cannot carry an error envelope any more, so it ends here.
+			kind, endErr = policies.Failed, gerr
+			break
+		}
+		if ev.Drop {
+			continue
+		}
+		if err := sse.Write(x.w, ev); err != nil {
+			kind, endErr = policies.Cancelled, err
+			break
+		}
+		if err := rc.Flush(); err != nil {
+			kind, endErr = policies.Cancelled, err
+			break
+		}
+	}
+	usage := tracker.Usage()
+	if usage != nil {
+		x.call.Shared.Metadata[sharedctx.KeyLLMUsage] = usage
+	}
+	x.finish(kind, presp.Status, usage, endErr)
+}
+
+// terminalEvent reports whether ev marks the normal end of a stream: OpenAI's
+// [DONE], Anthropic's message_stop, or a Responses API terminal event. A stream
+// that ends without one was cut.
+func terminalEvent(ev *sse.Event) bool {
+	if ev.Done() {
+		return true
+	}
+	switch ev.Event {
+	case "message_stop", "response.completed", "response.incomplete", "response.failed":
+		return true
+	}
+	return false
+}
+
+// finish delivers the outcome (the runner ignores all but the first call).
+func (x *exchange) finish(kind policies.OutcomeKind, status int, usage *llmapi.Usage, err error) {
+	x.run.Finish(policies.Outcome{Kind: kind, Status: status, Usage: usage, Err: err})
+}
+
+// fail renders gerr with the policies' client headers.
+func (x *exchange) fail(gerr *gwerror.Error) {
+	x.addClientHeaders()
+	x.status = statusOr500(gerr.Status)
+	gerr.Write(x.w)
+}
+
+func statusOr500(s int) int {
+	if s == 0 {
+		return http.StatusInternalServerError
+	}
+	return s
+}
+
+func (x *exchange) addClientHeaders() {
+	if x.call == nil {
+		return
+	}
+	h := x.w.Header()
+	for k, vs := range x.call.ClientHeader {
+		h[k] = vs
+	}
+	h.Set("X-Request-Id", x.reqID)
+}
+
+func (x *exchange) writeHeader(status int) {
+	x.status = status
+	x.w.WriteHeader(status)
+}
+
+func checkContentType(ct string) *gwerror.Error {
+	if ct == "" {
+		return gwerror.New(http.StatusUnsupportedMediaType, gwerror.TypeInvalidRequest, gwerror.CodeUnsupportedMedia,
+			"Content-Type must be application/json")
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return gwerror.BadRequest(gwerror.CodeUnsupportedMedia, "malformed Content-Type header %q", ct)
+	}
+	if mt != "application/json" {
+		return gwerror.New(http.StatusUnsupportedMediaType, gwerror.TypeInvalidRequest, gwerror.CodeUnsupportedMedia,
+			"Content-Type must be application/json, not "+mt)
+	}
+	return nil
+}
+
+func isEventStream(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "text/event-stream"
+}
+
+func tooLarge(limit int64) *gwerror.Error {
+	return gwerror.New(http.StatusRequestEntityTooLarge, gwerror.TypeInvalidRequest, gwerror.CodeBodyTooLarge,
+		fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+}
+
+// readBody reads the request body once, refusing more than limit bytes. The
+// returned slice is owned by the request (it goes upstream from memory).
+func readBody(r *http.Request, limit int64) ([]byte, *gwerror.Error) {
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	size := int64(512)
+	if r.ContentLength > 0 {
+		size = r.ContentLength + 1 // +1 so a correct length needs no regrowth to see EOF
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, gwerror.BadRequest(gwerror.CodeInvalidRequest, "could not read the request body: %v", err)
+	}
+	if n > limit {
+		return nil, tooLarge(limit)
+	}
+	return buf.Bytes(), nil
+}
+
+// readBounded reads r into buf, failing when it holds more than limit bytes.
+func readBounded(buf *bytes.Buffer, r io.Reader, limit int64) (int64, error) {
+	n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
+	if err == nil && n > limit {
+		err = fmt.Errorf("upstream body exceeds %d bytes", limit)
+	}
+	return n, err
+}
+
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func targetOf(resp *http.Response) string {
+	if resp.Request != nil && resp.Request.URL != nil {
+		return resp.Request.URL.Scheme + "://" + resp.Request.URL.Host
+	}
+	return ""
+}
+
+// Response buffers are pooled per Gateway; oversized ones are dropped so one
+// huge answer does not pin memory.
+func (g *Gateway) getBuf() *bytes.Buffer {
+	if b, ok := g.bufs.Get().(*bytes.Buffer); ok {
+		b.Reset()
+		return b
+	}
+	return bytes.NewBuffer(make([]byte, 0, 8<<10))
+}
+
+func (g *Gateway) putBuf(b *bytes.Buffer) {
+	if b.Cap() <= 1<<20 {
+		g.bufs.Put(b)
+	}
+}

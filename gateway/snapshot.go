@@ -1,0 +1,227 @@
+package gateway
+
+import (
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"sluice/gateway/config"
+	"sluice/policies"
+	"sluice/sharedctx"
+)
+
+// snapshot is one applied deployment. It is immutable once stored.
+type snapshot struct {
+	// routes are sorted by context length, longest first, so the first match
+	// is the longest matching prefix.
+	routes          []*route
+	maxRequestBytes int64
+	shutdownGrace   time.Duration
+}
+
+type route struct {
+	name     string
+	context  string // normalised: leading "/", no trailing "/"; "" for the root
+	provider *provider
+	chain    *policies.Chain
+}
+
+type provider struct {
+	name       string
+	typ        string
+	targets    []*url.URL
+	targetKeys []string // metric label per target (scheme://host)
+	authHeader string
+	authValue  string
+	timeout    time.Duration
+	retries    int
+}
+
+// gatewayProvided are the metadata keys the gateway itself writes: the usage
+// is in Metadata before the response and final phases.
+var gatewayProvided = []policies.MetaKey{{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse}}
+
+// ProvidedMetadata lists the metadata keys the gateway writes, for chain
+// builders (config.BuildChains) that check read-before-write order.
+func ProvidedMetadata() []policies.MetaKey {
+	return append([]policies.MetaKey(nil), gatewayProvided...)
+}
+
+func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
+	if d == nil {
+		return nil, fmt.Errorf("gateway: nil deployment")
+	}
+	s := &snapshot{
+		maxRequestBytes: d.Server.MaxRequestBytes,
+		shutdownGrace:   time.Duration(d.Server.ShutdownGrace),
+	}
+	if s.maxRequestBytes <= 0 {
+		s.maxRequestBytes = DefaultMaxRequestBytes
+	}
+	if s.shutdownGrace <= 0 {
+		s.shutdownGrace = DefaultShutdownGrace
+	}
+	providers := make(map[string]*provider, len(d.Providers))
+	for i := range d.Providers {
+		p, err := buildProvider(&d.Providers[i])
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := providers[p.name]; dup {
+			return nil, fmt.Errorf("providers[%d]: duplicate provider name %q", i, p.name)
+		}
+		providers[p.name] = p
+	}
+	svc := g.opts.Services
+	if g.opts.KeyIndex != nil {
+		keys, err := g.opts.KeyIndex(d)
+		if err != nil {
+			return nil, err
+		}
+		svc.Keys = keys
+	}
+	var chains map[string]*policies.Chain
+	var err error
+	if g.opts.BuildChains != nil {
+		chains, err = g.opts.BuildChains(d, g.opts.Registry, &svc)
+	} else {
+		chains, err = buildChains(d, g.opts.Registry, &svc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	seenCtx := map[string]string{}
+	for i := range d.Routes {
+		rc := &d.Routes[i]
+		p, ok := providers[rc.Provider]
+		if !ok {
+			return nil, fmt.Errorf("routes[%d] (%s): unknown provider %q", i, rc.Name, rc.Provider)
+		}
+		ctx := normContext(rc.Context)
+		if other, dup := seenCtx[ctx]; dup {
+			return nil, fmt.Errorf("routes[%d] (%s): context %q is already used by route %q", i, rc.Name, rc.Context, other)
+		}
+		seenCtx[ctx] = rc.Name
+		ch := chains[rc.Name]
+		if ch == nil {
+			// A route without policies still gets a (empty) chain.
+			ch, err = g.opts.Registry.BuildChain(routeInfo(rc, p), nil, &svc, gatewayProvided)
+			if err != nil {
+				return nil, err
+			}
+		}
+		s.routes = append(s.routes, &route{name: rc.Name, context: ctx, provider: p, chain: ch})
+	}
+	sort.SliceStable(s.routes, func(i, j int) bool { return len(s.routes[i].context) > len(s.routes[j].context) })
+	return s, nil
+}
+
+func routeInfo(rc *config.Route, p *provider) policies.RouteInfo {
+	return policies.RouteInfo{
+		RouteName:    rc.Name,
+		APIName:      rc.Name,
+		Provider:     p.name,
+		ProviderType: p.typ,
+		Attachment:   "route",
+	}
+}
+
+// buildChains is the gateway's own chain builder, used when Options.BuildChains
+// is nil.
+func buildChains(d *config.Deployment, reg *policies.Registry, svc *policies.Services) (map[string]*policies.Chain, error) {
+	types := make(map[string]string, len(d.Providers))
+	for _, p := range d.Providers {
+		types[p.Name] = providerType(p.Type)
+	}
+	out := make(map[string]*policies.Chain, len(d.Routes))
+	for i := range d.Routes {
+		rc := &d.Routes[i]
+		specs := make([]policies.EntrySpec, len(rc.Policies))
+		for j, pe := range rc.Policies {
+			specs[j] = policies.EntrySpec{Name: pe.Name, Version: pe.Version, Params: pe.Params}
+		}
+		ri := policies.RouteInfo{RouteName: rc.Name, APIName: rc.Name, Provider: rc.Provider,
+			ProviderType: types[rc.Provider], Attachment: "route"}
+		ch, err := reg.BuildChain(ri, specs, svc, gatewayProvided)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d] (%s): %w", i, rc.Name, err)
+		}
+		out[rc.Name] = ch
+	}
+	return out, nil
+}
+
+func providerType(t string) string {
+	switch strings.ToLower(t) {
+	case "anthropic":
+		return "anthropic"
+	default:
+		return "openai"
+	}
+}
+
+func buildProvider(pc *config.Provider) (*provider, error) {
+	p := &provider{
+		name:    pc.Name,
+		typ:     providerType(pc.Type),
+		timeout: time.Duration(pc.Timeout),
+		retries: DefaultRetries,
+	}
+	if p.timeout <= 0 {
+		p.timeout = DefaultUpstreamTimeout
+	}
+	if pc.Retries != nil {
+		if *pc.Retries < 0 {
+			return nil, fmt.Errorf("provider %q: retries must not be negative", pc.Name)
+		}
+		p.retries = *pc.Retries
+	}
+	if pc.Auth != nil && pc.Auth.Header != "" {
+		p.authHeader, p.authValue = pc.Auth.Header, pc.Auth.Value
+	}
+	raw := pc.Targets
+	if len(raw) == 0 && pc.URL != "" {
+		raw = []string{pc.URL}
+	}
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("provider %q: url or targets is required", pc.Name)
+	}
+	for _, t := range raw {
+		u, err := url.Parse(strings.TrimSpace(t))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("provider %q: target %q is not an http(s) URL", pc.Name, t)
+		}
+		u.Path = strings.TrimSuffix(u.Path, "/")
+		p.targets = append(p.targets, u)
+		p.targetKeys = append(p.targetKeys, u.Scheme+"://"+u.Host)
+	}
+	return p, nil
+}
+
+func normContext(c string) string {
+	c = strings.TrimSpace(c)
+	c = strings.TrimRight(c, "/")
+	if c != "" && !strings.HasPrefix(c, "/") {
+		c = "/" + c
+	}
+	return c
+}
+
+// match returns the route whose context is the longest prefix of path (on a
+// segment boundary) and the rest of the path.
+func (s *snapshot) match(path string) (*route, string) {
+	for _, r := range s.routes {
+		if r.context == "" {
+			return r, path
+		}
+		if strings.HasPrefix(path, r.context) {
+			rest := path[len(r.context):]
+			if rest == "" || rest[0] == '/' {
+				return r, rest
+			}
+		}
+	}
+	return nil, ""
+}

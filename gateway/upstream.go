@@ -1,0 +1,214 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"sluice/policies"
+)
+
+// upstreamError is the failure of the last upstream attempt.
+type upstreamError struct {
+	timeout bool
+	target  string
+	err     error
+}
+
+func (e *upstreamError) Error() string {
+	if e.timeout {
+		return fmt.Sprintf("upstream %s: timed out waiting for response headers", e.target)
+	}
+	return fmt.Sprintf("upstream %s: %v", e.target, e.err)
+}
+
+func (e *upstreamError) Unwrap() error { return e.err }
+
+var errAttemptTimeout = errors.New("attempt timed out")
+
+// forward sends the request upstream with retries and failover: attempt i goes
+// to target i mod len(targets); connect errors, attempt timeouts and 5xx
+// answers are retried up to p.retries times, other answers (429 and all 4xx
+// included) are returned at once. The last 5xx is returned as a response.
+// A client cancellation stops at once and returns ctx's error.
+func (g *Gateway) forward(ctx context.Context, p *provider, call *policies.Call) (*http.Response, error) {
+	header := upstreamHeader(call, p)
+	body := call.Request.LLM.Raw
+	attempts := 1 + p.retries
+	var lastErr error
+	for i := 0; i < attempts; i++ {
+		if i > 0 {
+			g.metrics.retries.WithLabelValues(p.name).Inc()
+			t := time.NewTimer(g.opts.Backoff(i))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+		}
+		ti := i % len(p.targets)
+		g.metrics.attempts.WithLabelValues(p.name, p.targetKeys[ti]).Inc()
+		resp, err := g.attempt(ctx, p, ti, call, header, body)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			ue := &upstreamError{target: p.targetKeys[ti], err: err, timeout: errors.Is(err, errAttemptTimeout)}
+			reason := reasonConnect
+			if ue.timeout {
+				reason = reasonTimeout
+			}
+			g.metrics.upstreamErrs.WithLabelValues(p.name, p.targetKeys[ti], reason).Inc()
+			g.log.Warn("upstream attempt failed", "request_id", call.Shared.RequestID, "provider", p.name,
+				"target", p.targetKeys[ti], "attempt", i+1, "reason", reason, "error", err)
+			lastErr = ue
+			continue
+		}
+		if resp.StatusCode >= 500 {
+			g.metrics.upstreamErrs.WithLabelValues(p.name, p.targetKeys[ti], reason5xx).Inc()
+			if i < attempts-1 {
+				g.log.Warn("upstream attempt failed", "request_id", call.Shared.RequestID, "provider", p.name,
+					"target", p.targetKeys[ti], "attempt", i+1, "reason", reason5xx, "status", resp.StatusCode)
+				// Drain a little so the connection can be reused.
+				_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+				resp.Body.Close()
+				continue
+			}
+		}
+		return resp, nil
+	}
+	return nil, lastErr
+}
+
+// attempt makes one upstream call. The per-attempt timeout covers the time
+// until response headers; the body (a stream may run for minutes) is bounded
+// only by the client's context.
+func (g *Gateway) attempt(ctx context.Context, p *provider, ti int, call *policies.Call, header http.Header, body []byte) (*http.Response, error) {
+	actx, cancel := context.WithCancel(ctx)
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(p.timeout, func() {
+		timedOut.Store(true)
+		cancel()
+	})
+	u := *p.targets[ti]
+	u.Path = u.Path + call.Request.Path
+	u.RawPath = ""
+	if len(call.Request.Query) > 0 {
+		u.RawQuery = call.Request.Query.Encode()
+	}
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		timer.Stop()
+		cancel()
+		return nil, err
+	}
+	req.Header = header
+	resp, err := g.transport.RoundTrip(req)
+	if !timer.Stop() || timedOut.Load() {
+		if err == nil {
+			resp.Body.Close()
+		}
+		cancel()
+		return nil, errAttemptTimeout
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases the attempt's context when the body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+// hopHeaders are connection-level headers never forwarded (RFC 9110 7.6.1).
+var hopHeaders = [...]string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func isHopHeader(k string, connTokens []string) bool {
+	for _, h := range hopHeaders {
+		if k == h {
+			return true
+		}
+	}
+	for _, t := range connTokens {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+// connectionTokens lists the header names the Connection header marks as
+// hop-by-hop, canonicalised.
+func connectionTokens(h http.Header) []string {
+	var out []string
+	for _, v := range h["Connection"] {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				out = append(out, textproto.CanonicalMIMEHeaderKey(t))
+			}
+		}
+	}
+	return out
+}
+
+// upstreamHeader is the header sent upstream: the client's (policies have
+// already stripped its credentials) minus hop-by-hop and framing headers, plus
+// the provider's credential. Accept-Encoding is dropped so the transport
+// negotiates gzip itself and hands back plain bytes to parse usage from.
+func upstreamHeader(call *policies.Call, p *provider) http.Header {
+	in := call.Request.Header
+	conn := connectionTokens(in)
+	out := make(http.Header, len(in)+2)
+	for k, vs := range in {
+		if isHopHeader(k, conn) {
+			continue
+		}
+		switch k {
+		case "Host", "Content-Length", "Accept-Encoding", "Expect", "X-Request-Id":
+			continue
+		}
+		out[k] = vs
+	}
+	out.Set("X-Request-Id", call.Shared.RequestID)
+	if p.authHeader != "" {
+		out.Set(p.authHeader, p.authValue)
+	}
+	if _, ok := out["Content-Type"]; !ok {
+		out.Set("Content-Type", "application/json")
+	}
+	return out
+}
+
+// copyResponseHeader copies an upstream response header to the client, minus
+// hop-by-hop and framing headers.
+func copyResponseHeader(dst, src http.Header) {
+	conn := connectionTokens(src)
+	for k, vs := range src {
+		if isHopHeader(k, conn) || k == "Content-Length" {
+			continue
+		}
+		dst[k] = vs
+	}
+}
