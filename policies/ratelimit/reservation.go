@@ -47,6 +47,7 @@ type Reservation struct {
 	// Output is the output tokens per choice that were reserved (after any clamp).
 	Output int64
 
+	actual   Amounts
 	debitArr [inlineDebits]store.Debit
 	winArr   [inlineDebits]int64
 	deltaArr [inlineDebits]int64
@@ -178,9 +179,10 @@ func (e *Engine) Finish(c *policies.Call, o *policies.Outcome, s Settler) (Resol
 	case policies.Rejected:
 		kind = Released
 	case policies.Completed:
-		var a Amounts
-		if s != nil && s.Actual(c, o, r, &a) {
-			return Settled, r.Settle(&a)
+		// r.actual is scratch inside the reservation: a local would escape
+		// through the Settler interface and cost an allocation per request.
+		if s != nil && s.Actual(c, o, r, &r.actual) {
+			return Settled, r.Settle(&r.actual)
 		}
 		kind = Closed
 	case policies.Cancelled:

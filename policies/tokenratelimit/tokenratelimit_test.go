@@ -512,8 +512,18 @@ func TestOverAdmissionBound(t *testing.T) {
 }
 
 func BenchmarkRequestFinal(b *testing.B) {
-	for _, consumers := range []int{1, 100000} {
-		b.Run(map[int]string{1: "consumers=1", 100000: "consumers=100000"}[consumers], func(b *testing.B) {
+	// tokenize=false pre-seeds the shared prompt estimate, isolating the
+	// engine and memstore from the tokenizer.
+	for _, bc := range []struct {
+		consumers int
+		tokenize  bool
+	}{{1, true}, {100000, true}, {1, false}, {100000, false}} {
+		consumers := bc.consumers
+		name := "consumers=" + itoa(consumers)
+		if !bc.tokenize {
+			name += "/estimate-cached"
+		}
+		b.Run(name, func(b *testing.B) {
 			h := newHarness(b)
 			ch := h.Chain(route, ratelimittest.Entry(tokenratelimit.Name, map[string]any{
 				"totalTokenLimits": limits(1<<50, "1m"), "consumerBased": true}))
@@ -528,6 +538,9 @@ func BenchmarkRequestFinal(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				call.Shared.Metadata = map[string]any{"x-application-id": apps[i%consumers]}
+				if !bc.tokenize {
+					call.Shared.Metadata[ratelimit.PromptEstimateKey] = int64(12)
+				}
 				run := ch.Start(call)
 				if gerr := run.Request(); gerr != nil {
 					b.Fatal(gerr)
