@@ -11,7 +11,11 @@
 #
 # Environment (defaults in brackets): DURATION [20s], WARMUP [3s], CONNS [64],
 # RATE [1000], ROUNDS [1], DIRECT [1: also measure the mock alone],
-# KEEP [empty: a directory to keep logs and raw results in].
+# KEEP [empty: a directory to keep logs, raw results and profiles in],
+# GATEWAY [cli: `sluice gateway`; inproc: bench/gatewayprof, the same
+# deployment served through the gateway package's API, with pprof],
+# PROFILE [empty; 1 with GATEWAY=inproc: a CPU profile of the gateway during
+# its closed-loop run, saved as gateway.cpu.pb.gz (with KEEP)].
 set -euo pipefail
 
 DURATION=${DURATION:-20s}
@@ -37,6 +41,7 @@ cleanup() {
 	if [[ -n "${KEEP:-}" ]]; then
 		mkdir -p "$KEEP"
 		cp "$work"/*.log "$work"/results.txt "$KEEP"/ 2>/dev/null || true
+		cp "$work"/gateway.cpu.pb.gz "$work"/gatewayprof "$KEEP"/ 2>/dev/null || true
 		echo "logs and raw results kept in $KEEP"
 	fi
 	rm -rf "$work"
@@ -49,6 +54,10 @@ echo "building binaries in $work"
 go build -o "$work/sluice" ./cmd/sluice
 go build -o "$work/loadgen" ./bench/loadgen
 go build -o "$work/bareproxy" ./bench/bareproxy
+GATEWAY=${GATEWAY:-cli}
+if [[ "$GATEWAY" == inproc ]]; then
+	go build -o "$work/gatewayprof" ./bench/gatewayprof
+fi
 
 # free_port prints a loopback TCP port nothing listens on (a bash /dev/tcp
 # connect that fails means free).
@@ -76,8 +85,15 @@ proxy_port=$(free_port)
 pids+=($!)
 "$work/loadgen" -wait "http://127.0.0.1:$mock_port/healthz"
 
-SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
-	"$work/sluice" gateway --config bench/gateway.yaml --listen "127.0.0.1:$gw_port" >"$work/gateway.log" 2>&1 &
+if [[ "$GATEWAY" == inproc ]]; then
+	pprof_port=$(free_port)
+	SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
+		"$work/gatewayprof" -config bench/gateway.yaml -listen "127.0.0.1:$gw_port" \
+		-pprof "127.0.0.1:$pprof_port" >"$work/gateway.log" 2>&1 &
+else
+	SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
+		"$work/sluice" gateway --config bench/gateway.yaml --listen "127.0.0.1:$gw_port" >"$work/gateway.log" 2>&1 &
+fi
 pids+=($!)
 "$work/bareproxy" -listen "127.0.0.1:$proxy_port" -upstream "http://127.0.0.1:$mock_port" \
 	-strip-prefix /openai >"$work/bareproxy.log" 2>&1 &
@@ -126,7 +142,20 @@ for round in $(seq 1 "$ROUNDS"); do
 			else
 				args+=(-mode open -rate "$RATE")
 			fi
+			prof_pid=""
+			if [[ "${PROFILE:-}" == 1 && "$DURATION" =~ ^[0-9]+s$ && "$WARMUP" =~ ^[0-9]+s$ && "$GATEWAY" == inproc && "$t" == gateway && "$mode" == closed && "$round" == 1 ]]; then
+				# Profile the middle of the measured run, past the warm-up.
+				secs=$(( ${DURATION%s} - 4 ))
+				( sleep $(( ${WARMUP%s} + 2 )) &&
+					"$work/loadgen" -wait "http://127.0.0.1:$pprof_port/debug/pprof/" >/dev/null &&
+					PPROF_TMPDIR="$work" go tool pprof -proto -seconds "$secs" -output "$work/gateway.cpu.pb.gz" \
+						"http://127.0.0.1:$pprof_port/debug/pprof/profile" >"$work/pprof.log" 2>&1 ) &
+				prof_pid=$!
+			fi
 			"$work/loadgen" "${args[@]}" | tee "$work/last.txt"
+			if [[ -n "$prof_pid" ]]; then
+				wait "$prof_pid" || echo "profile failed: $(cat "$work/pprof.log")"
+			fi
 			grep '^RESULT ' "$work/last.txt" | sed "s/^RESULT /RESULT round=$round /" >>"$work/results.txt"
 		done
 	done
