@@ -65,4 +65,7 @@ func TestDenialAndHeaders(t *testing.T) {
 	if gerr.RetryAfter != 30*time.Second {
 		t.Fatalf("Retry-After %v", gerr.RetryAfter)
 	}
+	if gerr.Header.Get("x-ratelimit-limit-requests") != "2" || gerr.Header.Get("x-ratelimit-remaining-requests") != "0" {
+		t.Fatalf("denial headers %v", gerr.Header)
+	}
 }
