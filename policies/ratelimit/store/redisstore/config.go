@@ -13,6 +13,7 @@ func OptionsFromConfig(c config.Redis) Options {
 	return Options{
 		URL:          c.URL,
 		Addrs:        c.Addrs,
+		Cluster:      c.Cluster,
 		Username:     c.Username,
 		Password:     c.Password,
 		TLS:          c.TLS,
