@@ -51,12 +51,13 @@ type Options struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Services are passed to policy constructors. Keys is replaced per
-	// deployment (built from its applications) when KeyIndex is set.
+	// deployment by KeyIndex.
 	Services policies.Services
-	// KeyIndex builds the API key index of a deployment (nil: keep Services.Keys).
+	// KeyIndex builds the API key index of a deployment's applications (nil:
+	// config.NewKeyIndex).
 	KeyIndex func(d *config.Deployment) (policies.KeyIndex, error)
 	// BuildChains builds the chains of a deployment keyed by route name (nil:
-	// the gateway's own builder, which calls Registry.BuildChain per route).
+	// config.BuildChains).
 	BuildChains func(d *config.Deployment, reg *policies.Registry, svc *policies.Services) (map[string]*policies.Chain, error)
 	// Transport is the upstream round tripper (nil: a tuned *http.Transport).
 	Transport http.RoundTripper
@@ -107,6 +108,12 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.Services.Metrics == nil {
 		opts.Services.Metrics = opts.Metrics
+	}
+	if opts.KeyIndex == nil {
+		opts.KeyIndex = func(d *config.Deployment) (policies.KeyIndex, error) { return config.NewKeyIndex(d), nil }
+	}
+	if opts.BuildChains == nil {
+		opts.BuildChains = config.BuildChains
 	}
 	if opts.Backoff == nil {
 		opts.Backoff = defaultBackoff

@@ -297,9 +297,11 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		ev, err := rd.Next()
 		if err != nil {
 			switch {
+			case ended:
+				// The terminal event reached the client: the response was
+				// delivered in full even if the client hung up right after.
 			case ctx.Err() != nil:
 				kind, endErr = policies.Cancelled, ctx.Err()
-			case err == io.EOF && ended:
 			default:
 				if err == io.EOF {
 					err = io.ErrUnexpectedEOF

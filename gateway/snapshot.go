@@ -9,7 +9,6 @@ import (
 
 	"sluice/gateway/config"
 	"sluice/policies"
-	"sluice/sharedctx"
 )
 
 // snapshot is one applied deployment. It is immutable once stored.
@@ -39,16 +38,6 @@ type provider struct {
 	retries    int
 }
 
-// gatewayProvided are the metadata keys the gateway itself writes: the usage
-// is in Metadata before the response and final phases.
-var gatewayProvided = []policies.MetaKey{{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse}}
-
-// ProvidedMetadata lists the metadata keys the gateway writes, for chain
-// builders (config.BuildChains) that check read-before-write order.
-func ProvidedMetadata() []policies.MetaKey {
-	return append([]policies.MetaKey(nil), gatewayProvided...)
-}
-
 func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 	if d == nil {
 		return nil, fmt.Errorf("gateway: nil deployment")
@@ -75,20 +64,12 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 		providers[p.name] = p
 	}
 	svc := g.opts.Services
-	if g.opts.KeyIndex != nil {
-		keys, err := g.opts.KeyIndex(d)
-		if err != nil {
-			return nil, err
-		}
-		svc.Keys = keys
+	keys, err := g.opts.KeyIndex(d)
+	if err != nil {
+		return nil, err
 	}
-	var chains map[string]*policies.Chain
-	var err error
-	if g.opts.BuildChains != nil {
-		chains, err = g.opts.BuildChains(d, g.opts.Registry, &svc)
-	} else {
-		chains, err = buildChains(d, g.opts.Registry, &svc)
-	}
+	svc.Keys = keys
+	chains, err := g.opts.BuildChains(d, g.opts.Registry, &svc)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +88,7 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 		ch := chains[rc.Name]
 		if ch == nil {
 			// A route without policies still gets a (empty) chain.
-			ch, err = g.opts.Registry.BuildChain(routeInfo(rc, p), nil, &svc, gatewayProvided)
+			ch, err = g.opts.Registry.BuildChain(routeInfo(rc, p), nil, &svc, config.GatewayProvided)
 			if err != nil {
 				return nil, err
 			}
@@ -126,31 +107,6 @@ func routeInfo(rc *config.Route, p *provider) policies.RouteInfo {
 		ProviderType: p.typ,
 		Attachment:   "route",
 	}
-}
-
-// buildChains is the gateway's own chain builder, used when Options.BuildChains
-// is nil.
-func buildChains(d *config.Deployment, reg *policies.Registry, svc *policies.Services) (map[string]*policies.Chain, error) {
-	types := make(map[string]string, len(d.Providers))
-	for _, p := range d.Providers {
-		types[p.Name] = providerType(p.Type)
-	}
-	out := make(map[string]*policies.Chain, len(d.Routes))
-	for i := range d.Routes {
-		rc := &d.Routes[i]
-		specs := make([]policies.EntrySpec, len(rc.Policies))
-		for j, pe := range rc.Policies {
-			specs[j] = policies.EntrySpec{Name: pe.Name, Version: pe.Version, Params: pe.Params}
-		}
-		ri := policies.RouteInfo{RouteName: rc.Name, APIName: rc.Name, Provider: rc.Provider,
-			ProviderType: types[rc.Provider], Attachment: "route"}
-		ch, err := reg.BuildChain(ri, specs, svc, gatewayProvided)
-		if err != nil {
-			return nil, fmt.Errorf("routes[%d] (%s): %w", i, rc.Name, err)
-		}
-		out[rc.Name] = ch
-	}
-	return out, nil
 }
 
 func providerType(t string) string {
