@@ -112,12 +112,17 @@ func (r *Registry) Names() []string {
 	return out
 }
 
-// All returns every definition sorted by name then version.
+// All returns every definition sorted by name, then version.
 func (r *Registry) All() []*Definition {
 	out := make([]*Definition, 0, len(r.defs))
 	for _, d := range r.defs {
 		out = append(out, d)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID() < out[j].ID() })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Version < out[j].Version
+	})
 	return out
 }

@@ -46,7 +46,7 @@ func TestPoliciesSchema(t *testing.T) {
 	}{
 		{name: "latest", args: []string{"policies", "schema", "api-key-auth"}, wantTitle: "api-key-auth", wantProp: "header"},
 		{name: "explicit version", args: []string{"policies", "schema", "model-access", "v1"}, wantTitle: "model-access", wantProp: "perApplication"},
-		{name: "unknown name", args: []string{"policies", "schema", "no-such"}, wantCode: 1, wantErr: "known: api-key-auth"},
+		{name: "unknown name", args: []string{"policies", "schema", "no-such"}, wantCode: 1, wantErr: "api-key-auth"},
 		{name: "unknown version", args: []string{"policies", "schema", "model-access", "v9"}, wantCode: 1, wantErr: `no version "v9" (known: v1)`},
 		{name: "no name", args: []string{"policies", "schema"}, wantCode: 2, wantErr: "usage"},
 		{name: "unknown subcommand", args: []string{"policies", "show"}, wantCode: 2, wantErr: `unknown subcommand "show"`},
