@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -120,3 +121,8 @@ func TestMain(m *testing.M) {
 type discardLogger struct{}
 
 func (discardLogger) Printf(context.Context, string, ...any) {}
+
+// fixedClock and offsetClock build clock specs for the scripts (see now_us).
+func fixedClock(at time.Time) string { return "@" + strconv.FormatInt(at.UnixMicro(), 10) }
+
+func offsetClock(d time.Duration) string { return "+" + strconv.FormatInt(store.Micros(d), 10) }

@@ -24,7 +24,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -523,8 +522,3 @@ func ticketLen(t *store.Ticket) int {
 	}
 	return len(t.Window)
 }
-
-// fixedClock and offsetClock build clock specs for the scripts (tests).
-func fixedClock(at time.Time) string { return "@" + strconv.FormatInt(at.UnixMicro(), 10) }
-
-func offsetClock(d time.Duration) string { return "+" + strconv.FormatInt(store.Micros(d), 10) }
