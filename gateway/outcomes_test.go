@@ -252,3 +252,30 @@ func TestOperationsEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicMessages: /v1/messages through an anthropic provider, body and
+// stream, with usage reaching the final phase.
+func TestAnthropicMessages(t *testing.T) {
+	mock := startUpstream(t, mockllm.New(mockllm.Options{Counter: tokencount.New()}))
+	d := deployment([]string{mock.URL}, 0, rec("a", nil))
+	d.Providers[0].Type = "anthropic"
+	d.Providers[0].Auth = &config.Auth{Header: "x-api-key", Value: "upstream-key"}
+	env := startGateway(t, d)
+	for _, stream := range []bool{false, true} {
+		id := "req-anthropic-" + map[bool]string{false: "body", true: "stream"}[stream]
+		body := `{"model":"claude-haiku-4-5","max_tokens":4,"messages":[{"role":"user","content":"hi"}]` +
+			map[bool]string{false: "", true: `,"stream":true`}[stream] + `}`
+		resp, out := env.post(t, "/openai/v1/messages", "application/json", body,
+			map[string]string{"X-Request-Id": id, "anthropic-version": "2023-06-01"})
+		if resp.StatusCode != 200 {
+			t.Fatalf("stream=%v: %d %s", stream, resp.StatusCode, out)
+		}
+		if stream && !strings.Contains(string(out), "message_stop") {
+			t.Fatalf("stream incomplete: %s", out)
+		}
+		f := env.log.waitFinals(t, id, 1)
+		if f[0].Kind != policies.Completed || f[0].Usage == nil || !f[0].Usage.Complete() || f[0].Usage.CompletionTokens != 4 {
+			t.Fatalf("stream=%v: finals %+v usage %+v", stream, f, f[0].Usage)
+		}
+	}
+}
