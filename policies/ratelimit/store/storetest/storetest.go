@@ -40,7 +40,7 @@ type NewStore func(t *testing.T, now func() time.Time) store.Store
 // during one subtest.
 const drift = 2 * time.Second
 
-// Start is where the fake clock starts: mid-minute, mid-hour, mid-day, so a
+// start is where the fake clock starts: mid-minute, mid-hour, mid-day, so a
 // drifting store stays inside the windows the scenarios use.
 var start = time.Date(2025, time.March, 14, 12, 30, 30, 500_000_000, time.UTC)
 
