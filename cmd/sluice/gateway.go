@@ -20,12 +20,10 @@ import (
 
 	"sluice/gateway"
 	"sluice/gateway/config"
+	"sluice/gateway/counters"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
-	"sluice/policies/ratelimit/store"
-	"sluice/policies/ratelimit/store/memstore"
-	"sluice/policies/ratelimit/store/redisstore"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -79,12 +77,12 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	counters, err := newCounterStore(d.Counters, logger, reg)
+	counterStore, err := counters.New(d.Counters, counters.Options{Logger: logger, Metrics: reg, Now: time.Now})
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice gateway: counters: %v\n", err)
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
 	}
-	defer counters.Close()
+	defer counterStore.Close()
 	prices, err := pricing.New(*pricingFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
@@ -98,7 +96,7 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		Services: policies.Services{
 			Logger:   logger,
 			Now:      time.Now,
-			Counters: counters,
+			Counters: counterStore,
 			Pricing:  prices,
 			Tokens:   tokencount.New(),
 			Metrics:  reg,
@@ -112,14 +110,14 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
 	}
-	backend := d.Counters.Backend
+	running := d.Counters
 	reload := func(why string) {
 		logger.Info("reloading configuration", "trigger", why)
 		if gw.Reload(func() (*config.Deployment, error) {
 			nd, err := load()
-			if err == nil && nd.Counters.Backend != backend {
-				logger.Warn("counters.backend changed; the counter store is chosen at startup and stays until restart",
-					"running", backend, "file", nd.Counters.Backend)
+			if err == nil && !counters.Equal(nd.Counters, running) {
+				logger.Warn("the counters section changed; the counter store is chosen at startup and the running one stays until restart",
+					"running", running.Backend, "file", nd.Counters.Backend)
 			}
 			return nd, err
 		}) == nil {
@@ -186,18 +184,6 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("bad --log-format %q (text or json)", format)
-}
-
-func newCounterStore(c config.Counters, logger *slog.Logger, reg prometheus.Registerer) (store.Store, error) {
-	switch c.Backend {
-	case "", "memory":
-		return memstore.New(memstore.Options{}), nil
-	case "redis":
-		o := redisstore.OptionsFromConfig(c.Redis)
-		o.Logger, o.Metrics = logger, reg
-		return redisstore.New(o)
-	}
-	return nil, fmt.Errorf("unknown counters.backend %q (memory or redis)", c.Backend)
 }
 
 // startMock serves the upstream simulator at the default deployment's
