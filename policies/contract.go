@@ -61,6 +61,18 @@ type Finalizer interface {
 	OnFinal(c *Call, o *Outcome)
 }
 
+// Identifier is implemented by authentication policies. Identify establishes
+// who the caller is and writes that identity into the Call (Metadata
+// x-application-id, Shared.Auth, identity fields of Shared.Analytics) and
+// nothing else: no counters charged, no request or client headers edited, no
+// per-request state that expects a later phase. A non-nil error means the
+// caller is not identified (e.g. 401). The gateway runs Identify, in chain
+// order, for requests it answers itself on behalf of the caller (GET
+// /v1/quota) where no request phase runs and nothing goes upstream.
+type Identifier interface {
+	Identify(c *Call) *gwerror.Error
+}
+
 // Call is one request's view for policies.
 type Call struct {
 	Ctx    context.Context

@@ -74,6 +74,8 @@ func Definition() policies.Definition {
 	return d
 }
 
+var _ policies.Identifier = (*policy)(nil)
+
 // policy is immutable after build and safe for concurrent use.
 type policy struct {
 	keys policies.KeyIndex
@@ -133,12 +135,21 @@ func missingMessage(headers []string, prefix, query string) string {
 	return b.String()
 }
 
-// OnRequest authenticates the request. The key is looked up by its SHA-256
-// digest, so the index never compares secret bytes: the lookup's timing depends
-// on the digest, which reveals nothing usable about any stored key.
+// OnRequest authenticates the request (Identify) and then strips every
+// credential source, whether or not the key was valid.
 func (p *policy) OnRequest(c *policies.Call) *gwerror.Error {
-	key, found := p.extract(c.Request)
+	gerr := p.Identify(c)
 	p.strip(c.Request)
+	return gerr
+}
+
+// Identify looks the key up and, on success, writes the application id into
+// Metadata and the AuthContext (policies.Identifier). It leaves the request
+// untouched. The key is looked up by its SHA-256 digest, so the index never
+// compares secret bytes: the lookup's timing depends on the digest, which
+// reveals nothing usable about any stored key.
+func (p *policy) Identify(c *policies.Call) *gwerror.Error {
+	key, found := p.extract(c.Request)
 	if !found {
 		return unauthorized(p.missingMsg)
 	}

@@ -212,3 +212,58 @@ func TestDeclaresApplicationIDWrite(t *testing.T) {
 		t.Fatalf("writes = %+v", d.Writes)
 	}
 }
+
+// TestIdentify: Identify writes the same identity as the request phase but
+// leaves the request's credentials in place (it has no side effects beyond the
+// identity), and fails with the same 401 for a bad or missing key.
+func TestIdentify(t *testing.T) {
+	ch := buildChain(t, map[string]any{"queryParam": "api_key"})
+	id, ok := ch.Entries()[0].Policy.(policies.Identifier)
+	if !ok {
+		t.Fatal("api-key-auth does not implement policies.Identifier")
+	}
+	tests := []struct {
+		name    string
+		header  http.Header
+		query   url.Values
+		wantApp string
+		wantMsg string
+	}{
+		{name: "bearer", header: http.Header{"Authorization": {"Bearer " + goodKey}}, wantApp: "app-a"},
+		{name: "x-api-key", header: http.Header{"X-Api-Key": {"other-key"}}, wantApp: "app-b"},
+		{name: "query", query: url.Values{"api_key": {goodKey}}, wantApp: "app-a"},
+		{name: "invalid", header: http.Header{"Authorization": {"Bearer nope"}}, wantMsg: "invalid API key"},
+		{name: "missing", wantMsg: "missing API key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			call := newCall(tt.header.Clone(), tt.query)
+			before := call.Request.Header.Clone()
+			gerr := id.Identify(call)
+			if tt.wantMsg != "" {
+				if gerr == nil || gerr.Status != http.StatusUnauthorized || gerr.Code != gwerror.CodeInvalidAPIKey || !strings.Contains(gerr.Message, tt.wantMsg) {
+					t.Fatalf("err = %v, want 401 %q", gerr, tt.wantMsg)
+				}
+				if call.Shared.ApplicationID() != "" || call.Shared.Auth.Authenticated {
+					t.Fatalf("identity written on failure: %+v", call.Shared.Auth)
+				}
+				return
+			}
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			sh := call.Shared
+			if sh.Metadata[sharedctx.KeyApplicationID] != tt.wantApp || !sh.Auth.Authenticated || sh.Auth.ApplicationID != tt.wantApp || sh.Auth.Method != apikeyauth.AuthMethod {
+				t.Fatalf("identity = %v %+v", sh.Metadata, sh.Auth)
+			}
+			if len(call.Request.Header) != len(before) || (tt.query != nil && !call.Request.Query.Has("api_key")) {
+				t.Fatalf("Identify edited the request: header %v query %v", call.Request.Header, call.Request.Query)
+			}
+			for k := range before {
+				if call.Request.Header.Get(k) != before.Get(k) {
+					t.Fatalf("Identify changed header %s", k)
+				}
+			}
+		})
+	}
+}
