@@ -1,0 +1,541 @@
+package e2e
+
+// Cluster-wide limits end to end: the real sluice binary, one mock upstream
+// and three gateway processes sharing one deployment file, so every request
+// crosses process boundaries exactly as in production. The helpers for
+// building and running the binary are shared with redis_outage_test.go.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sluice/gateway/config"
+	"sluice/internal/redistest"
+	"sluice/llmapi"
+	"sluice/policies/ratelimit/store"
+	"sluice/policies/ratelimit/store/redisstore"
+	"sluice/tokencount"
+)
+
+// replicaAPIKey is the one application key every client presents.
+const replicaAPIKey = "sk-sluice-e2e-replicas"
+
+// replicaAppID is the application behind replicaAPIKey.
+const replicaAppID = "app-replicas"
+
+// procStartTimeout bounds how long a process may take to print its address
+// and become ready. Generous: a loaded CI machine may be slow to exec.
+const procStartTimeout = 20 * time.Second
+
+// buildSluiceBinary builds cmd/sluice into a temporary directory of t and returns
+// the binary's path. The Go build cache makes every build after the first one
+// in a run a link only.
+func buildSluiceBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tmp", "sluice")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/sluice: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// sluiceProc is one running sluice process.
+type sluiceProc struct {
+	name string
+	cmd  *exec.Cmd
+	// URL is http://host:port as the process reported it.
+	URL    string
+	stderr *lockedBuffer
+	exited chan struct{} // closed when the process has exited
+	err    error         // Wait's result, valid after exited
+}
+
+// Alive reports whether the process is still running.
+func (p *sluiceProc) Alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// startSluiceProc runs `bin args...`, which must listen on 127.0.0.1:0 and print
+// "... listening on http://ADDR" on stdout, and waits for that line and for
+// readyPath to answer 200. The process is killed when the test ends; its
+// stderr is logged when the test failed.
+func startSluiceProc(t *testing.T, name, bin, readyPath string, args ...string) *sluiceProc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &sluiceProc{name: name, cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: start: %v", name, err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if _, a, ok := strings.Cut(sc.Text(), " listening on "); ok {
+				addr <- strings.TrimSpace(a)
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		// Wait only after stdout is drained (os/exec's rule for StdoutPipe).
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		if p.Alive() {
+			_ = cmd.Process.Kill()
+		}
+		<-p.exited
+		if t.Failed() {
+			t.Logf("%s stderr (last 4 KiB):\n%s", name, procTail(p.stderr.String(), 4096))
+		}
+	})
+	select {
+	case p.URL = <-addr:
+	case <-p.exited:
+		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.stderr.String())
+	case <-time.After(procStartTimeout):
+		t.Fatalf("%s printed no listening address within %v", name, procStartTimeout)
+	}
+	waitProcReady(t, p, readyPath)
+	return p
+}
+
+func waitProcReady(t *testing.T, p *sluiceProc, path string) {
+	t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(procStartTimeout)
+	for {
+		resp, err := client.Get(p.URL + path)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if !p.Alive() || time.Now().After(deadline) {
+			t.Fatalf("%s: %s not ready (last error %v)", p.name, path, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func procTail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// startMockProc runs `sluice mock-llm` and returns its URL.
+func startMockProc(t *testing.T, bin string) string {
+	t.Helper()
+	return startSluiceProc(t, "mock-llm", bin, "/healthz", "mock-llm", "--listen", "127.0.0.1:0").URL
+}
+
+// writeReplicaDeployment writes the deployment file the gateways share: api-key-auth
+// and one consumer token-based-ratelimit with a fixed window of `window`, so
+// that every admitted token stays counted for the whole test, and
+// reserveOutput maxTokens, so that the reservation is the request's full cost.
+// countersYAML is the counters section, indented by two spaces.
+func writeReplicaDeployment(t *testing.T, upstream, countersYAML string, limit int64, window string) string {
+	t.Helper()
+	doc := fmt.Sprintf(`apiVersion: sluice/v1
+counters:
+%s
+providers:
+  - name: mock
+    type: openai
+    url: %s
+applications:
+  - id: %s
+    name: Replicas test
+    apiKeys: [%q]
+routes:
+  - name: replicas
+    context: /openai
+    provider: mock
+    policies:
+      - {name: api-key-auth, version: v1}
+      - name: token-based-ratelimit
+        version: v1
+        params:
+          consumerBased: true
+          algorithm: fixed-window
+          reserveOutput: maxTokens
+          totalTokenLimits: [{count: %d, duration: %s}]
+`, countersYAML, upstream, replicaAppID, config.HashKey(replicaAPIKey), limit, window)
+	path := filepath.Join(t.TempDir(), "deployment.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// replicaRedisCounters is a counters section for Redis. Timeouts and the pool are
+// generous so that 200 concurrent clients never hit a client-side timeout on
+// a busy machine: this test is about exactness, not outages, and with
+// failureMode closed an outage would show as a 503, never as silent local
+// counting.
+func replicaRedisCounters(target, prefix, failureMode string) string {
+	return fmt.Sprintf(`  backend: redis
+  redis:
+    %s
+    keyPrefix: %q
+    failureMode: %s
+    dialTimeout: 2s
+    readTimeout: 5s
+    writeTimeout: 5s
+    poolSize: 128`, target, prefix, failureMode)
+}
+
+// startGatewayProcs starts n `sluice gateway` processes on the same deployment.
+func startGatewayProcs(t *testing.T, bin, deployment string, n int) []*sluiceProc {
+	t.Helper()
+	gws := make([]*sluiceProc, n)
+	for i := range gws {
+		gws[i] = startSluiceProc(t, fmt.Sprintf("gateway-%d", i), bin, "/readyz",
+			"gateway", "--config", deployment, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	}
+	return gws
+}
+
+// costedChat is a chat completion body whose total cost is known: the mock
+// reports the prompt as tokencount.EstimatePrompt of the same body (what the
+// gateway reserves) and exactly max_tokens completion tokens.
+type costedChat struct {
+	body []byte
+	cost int64 // prompt + completion tokens
+}
+
+func newCostedChat(t *testing.T, tokens *tokencount.Counter, prompt string, maxTokens int64) costedChat {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{
+		"model":      "gpt-4o-mini",
+		"messages":   []map[string]string{{"role": "user", "content": prompt}},
+		"max_tokens": maxTokens,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, gerr := llmapi.Parse(llmapi.ChatCompletions, body)
+	if gerr != nil {
+		t.Fatalf("parse: %v", gerr)
+	}
+	return costedChat{body: body, cost: tokens.EstimatePrompt(req) + maxTokens}
+}
+
+// replicaLoad is the outcome of loadReplicas.
+type replicaLoad struct {
+	admitted       int64 // tokens of the requests answered 200
+	admittedCount  int64
+	denied         int64 // requests answered 429 with the right envelope
+	perGateway     []int64
+	perGatewayDeny []int64
+}
+
+// loadReplicas sends perClient requests from each of clients goroutines,
+// request k of the whole run going to gateway k mod len(gws) (round robin).
+// Every answer must be a 200 whose usage equals the request's known cost, or
+// a 429 with the rate-limit envelope; anything else fails the test.
+func loadReplicas(t *testing.T, gws []*sluiceProc, reqs []costedChat, clients, perClient int) replicaLoad {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	client := &http.Client{
+		Transport: &http.Transport{MaxIdleConns: 2 * clients, MaxIdleConnsPerHost: clients, IdleConnTimeout: 30 * time.Second},
+		Timeout:   20 * time.Second,
+	}
+	defer client.CloseIdleConnections()
+
+	var seq atomic.Int64
+	res := replicaLoad{perGateway: make([]int64, len(gws)), perGatewayDeny: make([]int64, len(gws))}
+	var mu sync.Mutex
+	var failures []string
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failures) < 10 {
+			failures = append(failures, fmt.Sprintf(format, args...))
+		}
+	}
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for k := range perClient {
+				if ctx.Err() != nil {
+					return
+				}
+				r := reqs[(c+k)%len(reqs)]
+				g := int(seq.Add(1)-1) % len(gws)
+				status, hdr, body, err := postReplicaChat(ctx, client, gws[g].URL, r.body)
+				if err != nil {
+					fail("gateway-%d: %v", g, err)
+					continue
+				}
+				mu.Lock()
+				switch status {
+				case http.StatusOK:
+					res.perGateway[g]++
+				case http.StatusTooManyRequests:
+					res.perGatewayDeny[g]++
+				}
+				mu.Unlock()
+				switch status {
+				case http.StatusOK:
+					var out struct {
+						Usage struct {
+							Total int64 `json:"total_tokens"`
+						} `json:"usage"`
+					}
+					if err := json.Unmarshal(body, &out); err != nil || out.Usage.Total != r.cost {
+						fail("gateway-%d: 200 with usage %d (err %v), want the known cost %d", g, out.Usage.Total, err, r.cost)
+					}
+					atomic.AddInt64(&res.admitted, r.cost)
+					atomic.AddInt64(&res.admittedCount, 1)
+				case http.StatusTooManyRequests:
+					if msg := checkErrorEnvelope(hdr, body, "rate_limit_exceeded", "rate_limit_error", "token-based-ratelimit"); msg != "" {
+						fail("gateway-%d: %s", g, msg)
+					}
+					atomic.AddInt64(&res.denied, 1)
+				default:
+					fail("gateway-%d: status %d: %s", g, status, procTail(string(body), 300))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("load did not finish within its time bound")
+	}
+	for _, f := range failures {
+		t.Error(f)
+	}
+	return res
+}
+
+func postReplicaChat(ctx context.Context, client *http.Client, base string, body []byte) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/openai/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+replicaAPIKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b, err
+}
+
+// checkErrorEnvelope returns "" when a 429 or 503 carries the OpenAI error envelope
+// with code and type, the X-Sluice-Error-Code header equal to code and, when
+// policy is set, X-Sluice-Policy equal to it; else what is wrong.
+func checkErrorEnvelope(h http.Header, body []byte, code, typ, policy string) string {
+	var env struct {
+		Error *struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil || env.Error == nil {
+		return fmt.Sprintf("denial body is not the error envelope: %q", procTail(string(body), 300))
+	}
+	switch {
+	case env.Error.Code != code || env.Error.Type != typ || env.Error.Message == "":
+		return fmt.Sprintf("denial envelope code %q type %q message %q, want code %q type %q", env.Error.Code, env.Error.Type, env.Error.Message, code, typ)
+	case h.Get("X-Sluice-Error-Code") != code:
+		return fmt.Sprintf("X-Sluice-Error-Code %q, want %q", h.Get("X-Sluice-Error-Code"), code)
+	case policy != "" && h.Get("X-Sluice-Policy") != policy:
+		return fmt.Sprintf("X-Sluice-Policy %q, want %q", h.Get("X-Sluice-Policy"), policy)
+	}
+	return ""
+}
+
+// replicaScenario sizes the load: a limit of replicaLimit tokens per hour for
+// the one application, and 200 clients sending about five times the limit in
+// total, so each of three independent gateways alone receives more than the
+// limit.
+const (
+	replicaLimit     = 20000
+	replicaClients   = 200
+	replicaPerClient = 10
+)
+
+// replicaRequests are requests of different known costs (prompt lengths and
+// output bounds vary), so exactness does not rest on equal costs.
+func replicaRequests(t *testing.T) []costedChat {
+	t.Helper()
+	tokens := tokencount.New()
+	var reqs []costedChat
+	for i := range 7 {
+		prompt := "Summarise the replica test " + strings.Repeat("and count every token ", i+1)
+		reqs = append(reqs, newCostedChat(t, tokens, prompt, int64(10+7*i)))
+	}
+	return reqs
+}
+
+func maxChatCost(reqs []costedChat) int64 {
+	var m int64
+	for _, r := range reqs {
+		m = max(m, r.cost)
+	}
+	return m
+}
+
+// waitOutOfWindowEdge sleeps past the next boundary of the epoch-aligned
+// fixed window of length w when fewer than margin remain in the current one,
+// so that one test run never straddles two windows (which would legitimately
+// admit the limit twice).
+func waitOutOfWindowEdge(t *testing.T, w, margin time.Duration) {
+	t.Helper()
+	now := time.Now()
+	left := now.Truncate(w).Add(w).Sub(now)
+	if left < margin {
+		t.Logf("waiting %v for the next %v window", left+time.Second, w)
+		time.Sleep(left + time.Second)
+	}
+}
+
+// assertReplicasExact runs the load against gws, which share one Redis counter,
+// and checks that the admitted tokens never exceed the limit. The bound: an
+// admitted request reserved prompt + max_tokens, and the mock reports exactly
+// that usage, so settlement moves nothing (no settle debt for requests in
+// flight); the reservation is atomic in Redis, hence admitted <= limit. It
+// also checks the limit was used (admitted > limit - the largest cost) and
+// that the shared counter holds exactly the admitted total.
+func assertReplicasExact(t *testing.T, gws []*sluiceProc, counterUsed func() int64) {
+	t.Helper()
+	reqs := replicaRequests(t)
+	res := loadReplicas(t, gws, reqs, replicaClients, replicaPerClient)
+	t.Logf("admitted %d tokens in %d requests (limit %d), denied %d; per gateway admitted %v denied %v",
+		res.admitted, res.admittedCount, replicaLimit, res.denied, res.perGateway, res.perGatewayDeny)
+	if res.admitted > replicaLimit {
+		t.Errorf("admitted %d tokens across 3 replicas, above the cluster-wide limit %d", res.admitted, replicaLimit)
+	}
+	if low := replicaLimit - maxChatCost(reqs); res.admitted <= low {
+		t.Errorf("admitted %d tokens, want more than %d (the limit minus the largest request): the limit was not used", res.admitted, low)
+	}
+	if res.denied == 0 {
+		t.Errorf("no request was denied")
+	}
+	for g, n := range res.perGateway {
+		if n == 0 {
+			t.Errorf("gateway-%d admitted nothing: the load did not spread", g)
+		}
+	}
+	if used := counterUsed(); used != res.admitted {
+		t.Errorf("redis counter holds %d tokens used, want exactly the admitted %d", used, res.admitted)
+	}
+}
+
+// replicaCounterUsed reads the application's total-token counter through a
+// Redis store of its own (so the test does not depend on the value encoding)
+// and returns the tokens used in the current window.
+func replicaCounterUsed(t *testing.T, opts redisstore.Options) int64 {
+	t.Helper()
+	opts.FailureMode = redisstore.FailClosed
+	opts.ReadTimeout, opts.WriteTimeout = 5*time.Second, 5*time.Second
+	s, err := redisstore.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	debits := []store.Debit{{
+		Key:   "{replicas:" + replicaAppID + "}:token-based-ratelimit:total:window-1h",
+		Limit: store.Limit{Algorithm: store.FixedWindow, Max: replicaLimit, Period: time.Hour},
+	}}
+	var res store.Result
+	if err := s.Peek(ctx, debits, &res); err != nil {
+		t.Fatalf("peek the shared counter: %v", err)
+	}
+	return replicaLimit - res.Remaining[0]
+}
+
+// TestReplicasShareOneLimit: three gateway processes on one Redis enforce one
+// limit across all of them; the same scenario on the memory backend admits
+// about three times the limit, which shows the first assertion can fail.
+func TestReplicasShareOneLimit(t *testing.T) {
+	bin := buildSluiceBinary(t)
+	upstream := startMockProc(t, bin)
+
+	t.Run("redis", func(t *testing.T) {
+		url := redistest.URL(t)
+		prefix := redistest.KeyPrefix(t)
+		dep := writeReplicaDeployment(t, upstream, replicaRedisCounters("url: "+url, prefix, "closed"), replicaLimit, "1h")
+		gws := startGatewayProcs(t, bin, dep, 3)
+		waitOutOfWindowEdge(t, time.Hour, 30*time.Second)
+		assertReplicasExact(t, gws, func() int64 {
+			return replicaCounterUsed(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+		})
+	})
+
+	t.Run("memory", func(t *testing.T) {
+		dep := writeReplicaDeployment(t, upstream, "  backend: memory", replicaLimit, "1h")
+		gws := startGatewayProcs(t, bin, dep, 3)
+		waitOutOfWindowEdge(t, time.Hour, 30*time.Second)
+		res := loadReplicas(t, gws, replicaRequests(t), replicaClients, replicaPerClient)
+		t.Logf("memory backend: admitted %d tokens in %d requests (limit %d, %.2fx), denied %d; per gateway admitted %v",
+			res.admitted, res.admittedCount, replicaLimit, float64(res.admitted)/replicaLimit, res.denied, res.perGateway)
+		// Each replica counts alone, so each admits up to the limit.
+		if res.admitted <= 2*replicaLimit {
+			t.Errorf("memory backend admitted %d tokens, want more than 2x the limit %d: each replica should count alone", res.admitted, replicaLimit)
+		}
+		if res.admitted > 3*replicaLimit {
+			t.Errorf("memory backend admitted %d tokens, above 3 replicas x limit %d", res.admitted, replicaLimit)
+		}
+	})
+}
+
+// TestReplicasShareOneLimitOnCluster is the Redis scenario on a 3-master Redis
+// Cluster: the application's counters share a hash tag, so each reservation
+// is one script on one master, and the limit is as exact as on one server.
+func TestReplicasShareOneLimitOnCluster(t *testing.T) {
+	bin := buildSluiceBinary(t)
+	upstream := startMockProc(t, bin)
+	addrs := redistest.StartCluster(t, 3)
+	prefix := redistest.KeyPrefix(t)
+	quoted := make([]string, len(addrs))
+	for i, a := range addrs {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	target := "addrs: [" + strings.Join(quoted, ", ") + "]"
+	dep := writeReplicaDeployment(t, upstream, replicaRedisCounters(target, prefix, "closed"), replicaLimit, "1h")
+	gws := startGatewayProcs(t, bin, dep, 3)
+	waitOutOfWindowEdge(t, time.Hour, 30*time.Second)
+	assertReplicasExact(t, gws, func() int64 {
+		return replicaCounterUsed(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix})
+	})
+}
