@@ -108,6 +108,10 @@ func (x *exchange) serve() {
 		return
 	}
 	x.rt = rt
+	if rest == quotaPath {
+		x.quota(rest)
+		return
+	}
 	ep, ok := llmapi.EndpointForPath(rest)
 	if !ok {
 		x.fail(gwerror.New(http.StatusNotFound, gwerror.TypeInvalidRequest, gwerror.CodeRouteNotFound,
