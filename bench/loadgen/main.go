@@ -9,6 +9,12 @@
 //     answered; a slow server therefore faces a growing queue instead of a
 //     slower sender (no coordinated omission).
 //
+// With -url2 (open mode only), requests alternate between the two URLs, each
+// receiving -rate per second, and each URL gets its own figures: both then run
+// under the same conditions (the same moments of CPU contention on a shared
+// machine), which makes their difference far less noisy than two separate
+// runs.
+//
 // Requests started during -warmup are sent but not measured. The run is
 // bounded by -warmup + -duration (plus -timeout for the last answers).
 //
@@ -47,6 +53,8 @@ func (h *headerFlags) Set(v string) error { *h = append(*h, v); return nil }
 
 type options struct {
 	url         string
+	url2        string
+	label2      string
 	mode        string
 	conns       int
 	rate        float64
@@ -84,6 +92,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.IntVar(&o.maxInflight, "max-inflight", 4096, "open mode: requests in flight at most; a scheduled request beyond it is counted as dropped")
 	fs.StringVar(&o.label, "label", "", "name printed in the RESULT line")
+	fs.StringVar(&o.url2, "url2", "", "open mode: a second URL; requests alternate between -url and -url2, each at -rate")
+	fs.StringVar(&o.label2, "label2", "", "name printed in the RESULT line of -url2")
 	fs.StringVar(&waitURL, "wait", "", "instead of sending load, wait until this URL answers 2xx, then exit 0")
 	fs.DurationVar(&waitTimeout, "wait-timeout", 15*time.Second, "bound for -wait")
 	if err := fs.Parse(args); err != nil {
@@ -133,6 +143,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case o.mode == "open" && (o.rate <= 0 || o.rate > 1e6):
 		fmt.Fprintln(stderr, "loadgen: -rate must be in (0, 1e6]")
 		return 2
+	case o.url2 != "" && o.mode != "open":
+		fmt.Fprintln(stderr, "loadgen: -url2 needs -mode open")
+		return 2
 	case o.duration <= 0 || o.warmup < 0 || o.timeout <= 0:
 		fmt.Fprintln(stderr, "loadgen: -duration and -timeout must be positive, -warmup not negative")
 		return 2
@@ -140,17 +153,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var res *result
 	if o.mode == "closed" {
-		res = runClosed(ctx, &o)
-	} else {
-		res = runOpen(ctx, &o)
+		res := runClosed(ctx, &o)
+		res.print(stdout, &o, o.url, o.label)
+		if res.ok == 0 {
+			return 1
+		}
+		return 0
 	}
-	res.print(stdout, &o)
-	if res.ok == 0 {
-		return 1
+	urls := []string{o.url}
+	labels := []string{o.label}
+	if o.url2 != "" {
+		urls = append(urls, o.url2)
+		labels = append(labels, o.label2)
 	}
-	return 0
+	rc := 0
+	for i, res := range runOpen(ctx, &o, urls) {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		res.print(stdout, &o, urls[i], labels[i])
+		if res.ok == 0 {
+			rc = 1
+		}
+	}
+	return rc
 }
 
 // newClient returns a client whose pool holds conns idle connections, so a
@@ -198,8 +225,8 @@ func (r *recorder) merge(o *recorder) {
 
 // send performs one request and classifies its outcome. It returns "" on a
 // 2xx answer whose body was read completely.
-func send(ctx context.Context, c *http.Client, o *options) string {
-	req, err := http.NewRequestWithContext(ctx, o.method, o.url, bytes.NewReader(o.body))
+func send(ctx context.Context, c *http.Client, o *options, url string) string {
+	req, err := http.NewRequestWithContext(ctx, o.method, url, bytes.NewReader(o.body))
 	if err != nil {
 		return "request: " + err.Error()
 	}
@@ -262,7 +289,7 @@ func runClosed(ctx context.Context, o *options) *result {
 				if !t0.Before(end) {
 					return
 				}
-				outcome := send(ctx, client, o)
+				outcome := send(ctx, client, o, o.url)
 				if t0.Before(measureFrom) {
 					continue
 				}
@@ -295,23 +322,28 @@ func measuredSpan(from, end time.Time) time.Duration {
 	return end.Sub(from)
 }
 
-// runOpen sends requests on a fixed schedule: request i is due at
-// start + i/rate. Each runs on its own goroutine so a slow answer never delays
-// the next send; at most o.maxInflight are outstanding.
-func runOpen(ctx context.Context, o *options) *result {
+// runOpen sends requests on a fixed schedule: each URL receives o.rate
+// requests per second, in turn (request i goes to urls[i mod len(urls)], due
+// at start + i/(rate*len(urls))). Each request runs on its own goroutine so a
+// slow answer never delays the next send; at most o.maxInflight are
+// outstanding. It returns one result per URL.
+func runOpen(ctx context.Context, o *options, urls []string) []*result {
 	client := newClient(o, 1024)
-	interval := time.Duration(float64(time.Second) / o.rate)
+	interval := time.Duration(float64(time.Second) / (o.rate * float64(len(urls))))
 	start := time.Now()
 	measureFrom := start.Add(o.warmup)
 	end := measureFrom.Add(o.duration)
 
 	var (
 		mu       sync.Mutex
-		total    = newRecorder()
+		recs     = make([]*recorder, len(urls))
+		dropped  = make([]uint64, len(urls))
 		wg       sync.WaitGroup
 		inflight atomic.Int64
-		dropped  uint64
 	)
+	for i := range recs {
+		recs[i] = newRecorder()
+	}
 	for i := int64(0); ctx.Err() == nil; i++ {
 		due := start.Add(time.Duration(i) * interval)
 		if !due.Before(end) {
@@ -320,11 +352,12 @@ func runOpen(ctx context.Context, o *options) *result {
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		}
+		which := int(i % int64(len(urls)))
 		measured := !due.Before(measureFrom)
 		if inflight.Add(1) > int64(o.maxInflight) {
 			inflight.Add(-1)
 			if measured {
-				dropped++
+				dropped[which]++
 			}
 			continue
 		}
@@ -333,33 +366,39 @@ func runOpen(ctx context.Context, o *options) *result {
 			defer wg.Done()
 			defer inflight.Add(-1)
 			t0 := time.Now()
-			outcome := send(ctx, client, o)
+			outcome := send(ctx, client, o, urls[which])
 			if !measured {
 				return
 			}
 			lat := time.Since(t0)
 			mu.Lock()
 			defer mu.Unlock()
-			total.lag.Record(t0.Sub(due))
+			r := recs[which]
+			r.lag.Record(t0.Sub(due))
 			if outcome != "" {
-				total.errs[outcome]++
+				r.errs[outcome]++
 				return
 			}
-			total.ok++
-			total.latency.Record(lat)
+			r.ok++
+			r.latency.Record(lat)
 		}()
 	}
 	wg.Wait()
 	client.CloseIdleConnections()
-	if dropped > 0 {
-		total.errs["dropped (max in-flight)"] += dropped
+	span := measuredSpan(measureFrom, end)
+	out := make([]*result, len(urls))
+	for i, r := range recs {
+		if dropped[i] > 0 {
+			r.errs["dropped (max in-flight)"] += dropped[i]
+		}
+		out[i] = &result{recorder: r, measured: span, dropped: dropped[i]}
 	}
-	return &result{recorder: total, measured: measuredSpan(measureFrom, end), dropped: dropped}
+	return out
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-func (r *result) print(w io.Writer, o *options) {
+func (r *result) print(w io.Writer, o *options, url, label string) {
 	var nerr uint64
 	keys := make([]string, 0, len(r.errs))
 	for k, v := range r.errs {
@@ -372,11 +411,15 @@ func (r *result) print(w io.Writer, o *options) {
 		rps = float64(r.ok) / r.measured.Seconds()
 	}
 	h := r.latency
-	fmt.Fprintf(w, "target      %s %s\n", o.method, o.url)
+	fmt.Fprintf(w, "target      %s %s\n", o.method, url)
 	if o.mode == "closed" {
 		fmt.Fprintf(w, "mode        closed loop, %d connections, %s measured after %s warm-up\n", o.conns, o.duration, o.warmup)
 	} else {
-		fmt.Fprintf(w, "mode        open loop, %.0f req/s scheduled, %s measured after %s warm-up\n", o.rate, o.duration, o.warmup)
+		paired := ""
+		if o.url2 != "" {
+			paired = ", alternating with the other URL"
+		}
+		fmt.Fprintf(w, "mode        open loop, %.0f req/s scheduled%s, %s measured after %s warm-up\n", o.rate, paired, o.duration, o.warmup)
 	}
 	fmt.Fprintf(w, "requests    %d ok, %d errors in %.2fs\n", r.ok, nerr, r.measured.Seconds())
 	fmt.Fprintf(w, "throughput  %.1f req/s (successful)\n", rps)
@@ -389,7 +432,6 @@ func (r *result) print(w io.Writer, o *options) {
 	for _, k := range keys {
 		fmt.Fprintf(w, "error       %s: %d\n", k, r.errs[k])
 	}
-	label := o.label
 	if label == "" {
 		label = "-"
 	}

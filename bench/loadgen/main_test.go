@@ -115,6 +115,35 @@ func TestRunModes(t *testing.T) {
 	}
 }
 
+func TestPairedOpenLoopSplitsEvenly(t *testing.T) {
+	a, b := &target{}, &target{failEvery: 2}
+	sa, sb := httptest.NewServer(a), httptest.NewServer(b)
+	defer sa.Close()
+	defer sb.Close()
+	var out, errOut bytes.Buffer
+	rc := run([]string{"-url", sa.URL, "-label", "a", "-url2", sb.URL, "-label2", "b",
+		"-H", "Authorization: Bearer k", "-H", "Host: example.test",
+		"-mode", "open", "-rate", "100", "-duration", "300ms", "-warmup", "0s"}, &out, &errOut)
+	if rc != 0 {
+		t.Fatalf("exit %d: %s%s", rc, out.String(), errOut.String())
+	}
+	var results []map[string]string
+	for _, block := range strings.Split(out.String(), "\n\n") {
+		results = append(results, resultLine(t, block))
+	}
+	if len(results) != 2 || results[0]["label"] != "a" || results[1]["label"] != "b" {
+		t.Fatalf("results %v", results)
+	}
+	// Each URL gets 100 req/s for 300ms; b fails every other request.
+	if a.n.Load() != 30 || b.n.Load() != 30 {
+		t.Fatalf("served a=%d b=%d, want 30 each", a.n.Load(), b.n.Load())
+	}
+	if results[0]["requests"] != "30" || results[0]["errors"] != "0" ||
+		results[1]["requests"] != "15" || results[1]["errors"] != "15" {
+		t.Fatalf("results %v", results)
+	}
+}
+
 func TestRunRejectsBadArguments(t *testing.T) {
 	for _, args := range [][]string{
 		{},
@@ -122,6 +151,7 @@ func TestRunRejectsBadArguments(t *testing.T) {
 		{"-url", "http://127.0.0.1:1", "-H", "no colon"},
 		{"-url", "http://127.0.0.1:1", "-mode", "open", "-rate", "0"},
 		{"-url", "http://127.0.0.1:1", "-c", "0"},
+		{"-url", "http://127.0.0.1:1", "-url2", "http://127.0.0.1:2"},
 	} {
 		var out, errOut bytes.Buffer
 		if rc := run(args, &out, &errOut); rc != 2 {
