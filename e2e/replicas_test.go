@@ -461,8 +461,9 @@ func assertReplicasExact(t *testing.T, gws []*sluiceProc, counterUsed func() int
 
 // replicaCounterUsed reads the application's total-token counter through a
 // Redis store of its own (so the test does not depend on the value encoding)
-// and returns the tokens used in the current window.
-func replicaCounterUsed(t *testing.T, opts redisstore.Options) int64 {
+// and returns the tokens used in the current window. limit must be the
+// deployment's count.
+func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int64 {
 	t.Helper()
 	opts.FailureMode = redisstore.FailClosed
 	opts.ReadTimeout, opts.WriteTimeout = 5*time.Second, 5*time.Second
@@ -475,13 +476,13 @@ func replicaCounterUsed(t *testing.T, opts redisstore.Options) int64 {
 	defer cancel()
 	debits := []store.Debit{{
 		Key:   "{replicas:" + replicaAppID + "}:token-based-ratelimit:total:window-1h",
-		Limit: store.Limit{Algorithm: store.FixedWindow, Max: replicaLimit, Period: time.Hour},
+		Limit: store.Limit{Algorithm: store.FixedWindow, Max: limit, Period: time.Hour},
 	}}
 	var res store.Result
 	if err := s.Peek(ctx, debits, &res); err != nil {
 		t.Fatalf("peek the shared counter: %v", err)
 	}
-	return replicaLimit - res.Remaining[0]
+	return limit - res.Remaining[0]
 }
 
 // TestReplicasShareOneLimit: three gateway processes on one Redis enforce one
@@ -498,7 +499,7 @@ func TestReplicasShareOneLimit(t *testing.T) {
 		gws := startGatewayProcs(t, bin, dep, 3)
 		waitOutOfWindowEdge(t, time.Hour, 30*time.Second)
 		assertReplicasExact(t, gws, func() int64 {
-			return replicaCounterUsed(t, redisstore.Options{URL: url, KeyPrefix: prefix})
+			return replicaCounterUsed(t, redisstore.Options{URL: url, KeyPrefix: prefix}, replicaLimit)
 		})
 	})
 
@@ -536,6 +537,6 @@ func TestReplicasShareOneLimitOnCluster(t *testing.T) {
 	gws := startGatewayProcs(t, bin, dep, 3)
 	waitOutOfWindowEdge(t, time.Hour, 30*time.Second)
 	assertReplicasExact(t, gws, func() int64 {
-		return replicaCounterUsed(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix})
+		return replicaCounterUsed(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix}, replicaLimit)
 	})
 }
