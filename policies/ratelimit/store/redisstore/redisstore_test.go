@@ -590,3 +590,53 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// Counters written in the earlier text format ("<alg>|a|b") are read as
+// before, so an upgrade keeps the usage counted; the next write replaces
+// them with the binary form. A state of another algorithm counts as absent.
+func TestReadsTextFormatStates(t *testing.T) {
+	url := redistest.URL(t)
+	ctx := context.Background()
+	now := time.Date(2025, time.March, 10, 12, 0, 30, 0, time.UTC)
+	s := newTestStore(t, Options{URL: url})
+	s.clockSpec = func() string { return fixedClock(now) }
+	c := redis.NewClient(mustParse(t, url))
+	defer c.Close()
+	day := now.Truncate(24 * time.Hour).Unix()
+	monthStart := time.Date(2025, time.March, 1, 0, 0, 0, 0, time.UTC).Unix()
+	lastTS := now.Add(-30 * time.Second).UnixMicro()
+	seed := map[string]string{
+		"{x}w":     fmt.Sprintf("2|%d|40", day),
+		"{x}m":     fmt.Sprintf("3|%d|7", monthStart),
+		"{x}b":     fmt.Sprintf("1|%.17g|%d", 2.5, lastTS),
+		"{x}other": fmt.Sprintf("2|%d|40", day), // read as a bucket: absent
+	}
+	for k, v := range seed {
+		if err := c.Set(ctx, s.prefix+k, v, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := []store.Debit{
+		{Key: "{x}w", Limit: window(100, 24*time.Hour), Amount: 1},
+		{Key: "{x}m", Limit: month(100), Amount: 1},
+		{Key: "{x}b", Limit: bucket(60, time.Minute), Amount: 1},
+		{Key: "{x}other", Limit: bucket(10, time.Minute), Amount: 1},
+	}
+	want := []int64{100 - 41, 100 - 8, 31, 9} // bucket: floor(2.5 + 30 s * 1/s - 1)
+	for round := range 2 {
+		var res store.Result
+		if err := s.Reserve(ctx, ds, &res); err != nil || !res.Allowed {
+			t.Fatalf("round %d: Reserve: %v allowed=%v", round, err, res.Allowed)
+		}
+		if !reflect.DeepEqual(res.Remaining, want) {
+			t.Fatalf("round %d: remaining %v, want %v", round, res.Remaining, want)
+		}
+		raw, err := c.Get(ctx, s.prefix+"{x}w").Result()
+		if err != nil || len(raw) != 17 || raw[0] != 2 {
+			t.Fatalf("round %d: window state %q (%v), want the 17-byte binary form", round, raw, err)
+		}
+		for i := range want {
+			want[i]--
+		}
+	}
+}
