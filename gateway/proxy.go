@@ -48,6 +48,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				x.finishAbort()
 				g.metrics.inflight.Dec()
+				x.record(start)
 				panic(v)
 			}
 			g.log.Error("gateway handler panicked", "request_id", x.reqID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
@@ -344,6 +345,13 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		x.call.Shared.Metadata[sharedctx.KeyLLMUsage] = usage
 	}
 	x.finish(kind, presp.Status, usage, endErr)
+	if kind == policies.UpstreamFailed || kind == policies.Failed {
+		// The client must see a broken stream, as it would from the provider:
+		// returning normally would end the chunked body cleanly and pass a
+		// truncated answer off as complete. net/http closes the connection
+		// without the final chunk (HTTP/2: resets the stream) and logs nothing.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // terminalEvent reports whether ev marks the normal end of a stream: OpenAI's
