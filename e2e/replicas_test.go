@@ -112,7 +112,7 @@ func startSluiceProc(t *testing.T, name, bin, readyPath string, args ...string) 
 		}
 		<-p.exited
 		if t.Failed() {
-			t.Logf("%s stderr (last 4 KiB):\n%s", name, procTail(p.stderr.String(), 4096))
+			t.Logf("%s stderr:\n%s", name, headTail(p.stderr.String(), 3072))
 		}
 	})
 	select {
@@ -144,6 +144,14 @@ func waitProcReady(t *testing.T, p *sluiceProc, path string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// headTail shortens s to its first and last n bytes.
+func headTail(s string, n int) string {
+	if len(s) <= 2*n {
+		return s
+	}
+	return s[:n] + "\n[...]\n" + s[len(s)-n:]
 }
 
 func procTail(s string, n int) string {
@@ -449,10 +457,20 @@ func assertReplicasExact(t *testing.T, gws []*sluiceProc, counterUsed func() int
 	if res.denied == 0 {
 		t.Errorf("no request was denied")
 	}
-	for g, n := range res.perGateway {
-		if n == 0 {
-			t.Errorf("gateway-%d admitted nothing: the load did not spread", g)
+	// Round robin gives each gateway a third of the requests; which one wins
+	// the admissions is a race (a gateway still discovering the cluster's
+	// slots admits few), but at least two must have charged the counter.
+	admitting := 0
+	for g := range res.perGateway {
+		if res.perGateway[g]+res.perGatewayDeny[g] < int64(replicaClients*replicaPerClient/len(gws)) {
+			t.Errorf("gateway-%d answered %d requests, want a third of %d", g, res.perGateway[g]+res.perGatewayDeny[g], replicaClients*replicaPerClient)
 		}
+		if res.perGateway[g] > 0 {
+			admitting++
+		}
+	}
+	if admitting < 2 {
+		t.Errorf("only %d gateway(s) admitted requests: the replicas did not share the counter concurrently", admitting)
 	}
 	if used := counterUsed(); used != res.admitted {
 		t.Errorf("redis counter holds %d tokens used, want exactly the admitted %d", used, res.admitted)
