@@ -70,12 +70,14 @@ if [[ "$GATEWAY" == inproc ]]; then
 fi
 
 # free_port prints a loopback TCP port nothing listens on (a bash /dev/tcp
-# connect that fails means free).
+# connect that fails means free), below the kernel's ephemeral range so no
+# outgoing connection of a busy machine holds it.
 used_ports=""
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (ephemeral_low - 10000)))
 		[[ " $used_ports " == *" $p "* ]] && continue
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			used_ports="$used_ports $p"

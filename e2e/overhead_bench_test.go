@@ -94,7 +94,7 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 				pr.SetURL(target)
 			},
 			Transport:     canned,
-			FlushInterval: -1,
+			FlushInterval: 0,
 		}
 		send(b, rp, "/openai/v1/chat/completions")
 	})

@@ -55,8 +55,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			pr.SetURL(target)
 		},
 		Transport: gateway.NewTransport(),
-		// Flush every write at once, as the gateway does for SSE streams.
-		FlushInterval: -1,
+		// FlushInterval stays 0: ReverseProxy then flushes SSE streams and
+		// bodies of unknown length after every write by itself, and a JSON
+		// answer of known length is written without a flush per write, as
+		// the gateway writes it.
 		ErrorLog:      log.New(stderr, "bareproxy: ", 0),
 	}
 	ln, err := net.Listen("tcp", *listen)
