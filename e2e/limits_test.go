@@ -19,8 +19,10 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"sluice/gateway/config"
 	"sluice/gwerror"
 	"sluice/llmapi"
+	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/store"
 )
 
@@ -134,6 +136,7 @@ func (e *limitsEnv) step(label, ctxPath, app string, req chatReq, prompt int64, 
 			e.t.Fatalf("%s: usage %d+%d, want %d+%d (the mock is deterministic)", label, a.prompt, a.completion, prompt, req.completion())
 		}
 		wantTok, wantCost := int64(-1), int64(-1)
+		var tightTok *mCounter
 		for _, x := range ch {
 			rem := max(x.c.limit.Max-x.c.used-x.est, 0)
 			w := &wantTok
@@ -142,12 +145,24 @@ func (e *limitsEnv) step(label, ctxPath, app string, req chatReq, prompt int64, 
 			}
 			if *w < 0 || rem < *w {
 				*w = rem
+				if !x.c.cost {
+					tightTok = x.c
+				}
 			}
 		}
 		got := readRateHeaders(a.header)
 		if got.RemainingTokens != wantTok || got.CostRemainingMicros != wantCost {
 			e.t.Fatalf("%s: x-ratelimit remaining tokens %d, cost %d micro-USD; want %d, %d (the tightest counter after the reservation)",
 				label, got.RemainingTokens, got.CostRemainingMicros, wantTok, wantCost)
+		}
+		if tightTok != nil {
+			if got.LimitTokens != tightTok.limit.Max {
+				e.t.Fatalf("%s: x-ratelimit-limit-tokens %d, want %d", label, got.LimitTokens, tightTok.limit.Max)
+			}
+			_, end := store.WindowStart(tightTok.limit.Algorithm, tightTok.limit.Period, e.Clock.Now())
+			if want := ratelimit.ResetString(end.Sub(e.Clock.Now())); got.ResetTokens != want {
+				e.t.Fatalf("%s: x-ratelimit-reset-tokens %q, want %q (until the window ends)", label, got.ResetTokens, want)
+			}
 		}
 		for _, x := range ch {
 			if !x.c.cost {
@@ -1230,5 +1245,74 @@ func TestUpstreamCutReachesClient(t *testing.T) {
 	}
 	if st.Err() == nil {
 		t.Errorf("openai-go: a stream cut after %d chunks ended without error (the client takes the truncated answer as complete)", chunks)
+	}
+}
+
+// TestReloadKeepsCountersAndInFlight: applying a new deployment with a
+// different limit keeps the usage counted under the same key, and a request
+// admitted under the old chain is still resolved exactly once afterwards.
+func TestReloadKeepsCountersAndInFlight(t *testing.T) {
+	c := newCalc(t)
+	req := chatReq{Model: "gpt-4o-mini", Text: "Counters survive a reload.", MaxTokens: 8}
+	P := c.estimate(llmapi.ChatCompletions, req.body())
+	U := P + req.completion()
+	doc := func(limit int64) string {
+		return deploymentDoc([]string{"app-a"}, fmt.Sprintf(`
+  - name: rl
+    context: /rl
+    provider: mock
+    policies:
+      - {name: api-key-auth, version: v1}
+      - {name: token-based-ratelimit, version: v1, params: {consumerBased: true, algorithm: fixed-window, totalTokenLimits: [{count: %d, duration: 1h}]}}
+`, limit))
+	}
+	env := startLimitsEnv(t, doc(1000), nil)
+	if a := env.chat("/rl", "app-a", req, nil); a.status != 200 {
+		t.Fatalf("first request: %d", a.status)
+	}
+
+	// A stream admitted under the old chain stays open across the reload.
+	stream := req
+	stream.Stream = true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, err := env.open(ctx, "/rl/v1/chat/completions", "app-a", stream.body(), map[string]string{"x-mock-token-delay-ms": "5000"})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	if err := untilFirstEvent(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if open := env.openReservations(); open != 1 {
+		t.Fatalf("open reservations %v with one stream in flight", open)
+	}
+
+	dep, err := config.ParseEnv([]byte(doc(2000)), "reloaded", func(name string) (string, bool) {
+		switch name {
+		case "MOCK_URL", "FLAKY_URL":
+			return env.MockURL, true
+		case "KEY_APP_A":
+			return config.HashKey(appKey("app-a")), true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.GW.Apply(dep); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	cancel() // the old chain's stream ends: abandoned at its estimate
+	resp.Body.Close()
+	env.waitSettled()
+
+	lim := window(2000, time.Hour)
+	key := counterKey("rl:app-a", policyTokens, "total", lim)
+	if got := env.used(key, lim); got != U+P {
+		t.Fatalf("after reload used %d, want %d (first request settled) + %d (stream abandoned)", got, U, P)
+	}
+	a := env.chat("/rl", "app-a", req, nil)
+	if h := readRateHeaders(a.header); a.status != 200 || h.LimitTokens != 2000 || h.RemainingTokens != 2000-(U+P)-P {
+		t.Fatalf("new limit: %d %+v, want limit 2000 remaining %d", a.status, h, 2000-(U+P)-P)
 	}
 }
