@@ -3,9 +3,13 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,7 +42,7 @@ func BenchmarkReserveAdjust(b *testing.B) {
 	for _, par := range []int{1, 16} {
 		b.Run(fmt.Sprintf("conc=%d", par), func(b *testing.B) {
 			cnt := newCmdCounter()
-			s := newTestStore(b, Options{URL: url, Hooks: []redis.Hook{cnt}, PoolSize: 2 * par})
+			s := newTestStore(b, Options{URL: url, Hooks: []redis.Hook{cnt}, PoolSize: 2 * par, MaxInFlight: benchInFlight()})
 			ctx := context.Background()
 			mk := func(i int) []store.Debit {
 				tag := fmt.Sprintf("{route:app%d}", i)
@@ -55,6 +59,7 @@ func BenchmarkReserveAdjust(b *testing.B) {
 				b.Fatal(err)
 			}
 			cnt.take()
+			cpu := newServerCPU(b, url)
 			runLatency(b, par, func(i int) error {
 				var res store.Result
 				ds := mk(i % benchScopes)
@@ -66,8 +71,8 @@ func BenchmarkReserveAdjust(b *testing.B) {
 				}
 				return s.Adjust(ctx, ds, &res.Ticket, deltas)
 			})
-			_, n := cnt.take()
-			b.ReportMetric(float64(n)/float64(b.N), "cmds/op")
+			cpu.report(b)
+			reportCommands(b, cnt)
 		})
 	}
 }
@@ -93,6 +98,7 @@ func BenchmarkRedisRate(b *testing.B) {
 				b.Fatal(err)
 			}
 			cnt.take()
+			cpu := newServerCPU(b, url)
 			runLatency(b, par, func(i int) error {
 				r, err := lim.Allow(ctx, fmt.Sprintf("%s{route:app%d}", prefix, i%benchScopes), limit)
 				if err == nil && r.Allowed == 0 {
@@ -100,10 +106,84 @@ func BenchmarkRedisRate(b *testing.B) {
 				}
 				return err
 			})
-			_, n := cnt.take()
-			b.ReportMetric(float64(n)/float64(b.N), "cmds/op")
+			cpu.report(b)
+			reportCommands(b, cnt)
 		})
 	}
+}
+
+// reportCommands reports the Redis commands and the round trips per op
+// (a pipeline carrying several ops' commands is one round trip).
+func reportCommands(b *testing.B, cnt *cmdCounter) {
+	_, n, trips := cnt.takeTrips()
+	b.ReportMetric(float64(n)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(trips)/float64(b.N), "trips/op")
+}
+
+// serverCPU measures the CPU time redis-server spent (INFO cpu, user+sys).
+// Unlike Redis's own per-command µs it does not count the time the server
+// was waiting for a CPU, so it stays meaningful on a busy machine. Reported
+// only for a server of our own (not REDIS_URL, which may be shared).
+type serverCPU struct {
+	c     *redis.Client
+	start float64
+}
+
+func newServerCPU(b *testing.B, url string) *serverCPU {
+	if os.Getenv("REDIS_URL") != "" {
+		return nil
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &serverCPU{c: redis.NewClient(o)}
+	b.Cleanup(func() { _ = s.c.Close() })
+	s.start = s.read(b)
+	return s
+}
+
+func (s *serverCPU) read(b *testing.B) float64 {
+	info, err := s.c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += f
+		}
+	}
+	return total
+}
+
+func (s *serverCPU) report(b *testing.B) {
+	if s == nil {
+		return
+	}
+	b.ReportMetric((s.read(b)-s.start)*1e6/float64(b.N), "redis-cpu-µs/op")
+}
+
+// benchInFlight is Options.MaxInFlight for the benchmark (BENCH_INFLIGHT,
+// default: the store's default).
+func benchInFlight() int {
+	n, _ := strconv.Atoi(os.Getenv("BENCH_INFLIGHT"))
+	return n
+}
+
+// cpuTime is this process's CPU time (user+sys): with go-cpu-µs/op it shows
+// the client's cost per op independently of how busy the machine is.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // runLatency runs op b.N times over par goroutines, timing each call, and
@@ -116,6 +196,7 @@ func runLatency(b *testing.B, par int, op func(i int) error) {
 	var firstErr error
 	next := make(chan int, 1024)
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	start := time.Now()
 	for g := range par {
 		wg.Add(1)
@@ -152,6 +233,7 @@ func runLatency(b *testing.B, par int, op func(i int) error) {
 		return float64(all[int(p*float64(len(all)-1))]) / float64(time.Microsecond)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "go-cpu-µs/op")
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
 	_ = runtime.GOMAXPROCS(0)

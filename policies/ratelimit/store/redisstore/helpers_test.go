@@ -39,12 +39,14 @@ func newTestStore(t testing.TB, o Options) *Store {
 	return s
 }
 
-// cmdCounter is a go-redis hook counting commands by name (and pipelines as
-// one round trip each).
+// cmdCounter is a go-redis hook counting commands by name, whether sent
+// alone or in a pipeline, and round trips (a command sent alone, or a whole
+// pipeline, is one).
 type cmdCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
 	total  int
+	trips  int
 }
 
 // connSetup are the commands go-redis sends once per new connection; they
@@ -63,6 +65,7 @@ func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		c.mu.Lock()
 		c.counts[strings.ToLower(cmd.Name())]++
 		c.total++
+		c.trips++
 		c.mu.Unlock()
 		return next(ctx, cmd)
 	}
@@ -71,8 +74,13 @@ func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.mu.Lock()
-		c.counts["pipeline"]++
-		c.total++
+		for _, cmd := range cmds {
+			if !connSetup[strings.ToLower(cmd.Name())] {
+				c.counts[strings.ToLower(cmd.Name())]++
+				c.total++
+			}
+		}
+		c.trips++
 		c.mu.Unlock()
 		return next(ctx, cmds)
 	}
@@ -80,11 +88,17 @@ func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // take returns the counts since the last take and resets them.
 func (c *cmdCounter) take() (map[string]int, int) {
+	m, n, _ := c.takeTrips()
+	return m, n
+}
+
+// takeTrips is take, with the number of round trips.
+func (c *cmdCounter) takeTrips() (counts map[string]int, commands, trips int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m, n := c.counts, c.total
-	c.counts, c.total = map[string]int{}, 0
-	return m, n
+	m, n, r := c.counts, c.total, c.trips
+	c.counts, c.total, c.trips = map[string]int{}, 0, 0
+	return m, n, r
 }
 
 func bucket(max int64, period time.Duration) store.Limit {

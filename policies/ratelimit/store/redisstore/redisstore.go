@@ -19,11 +19,14 @@ package redisstore
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -57,7 +60,11 @@ const (
 	DefaultDialTimeout  = 200 * time.Millisecond
 	DefaultReadTimeout  = 100 * time.Millisecond
 	DefaultWriteTimeout = 100 * time.Millisecond
+	DefaultMaxInFlight  = 4
 )
+
+// maxBatch bounds the script calls sent in one pipeline.
+const maxBatch = 128
 
 // probeInterval is how long calls skip Redis after it failed; then one call
 // tries it again. It bounds both the calls that wait on a dead server and
@@ -92,6 +99,13 @@ type Options struct {
 	// PoolSize is the connection pool size per node (default: go-redis's, 10
 	// per CPU).
 	PoolSize int
+	// MaxInFlight bounds the script round trips in flight per store (default
+	// DefaultMaxInFlight). Calls made while all are busy wait and then go
+	// out together in one pipeline, each still one EVALSHA with its own
+	// reply: concurrent requests share socket reads and writes instead of
+	// paying for one each. It is also the number of connections dialed at
+	// start (MinIdleConns), so the first requests do not all dial at once.
+	MaxInFlight int
 	// Logger receives rate-limited outage reports (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics registers the store's collectors (nil: none).
@@ -115,6 +129,7 @@ type Store struct {
 
 	reserve *redis.Script
 	adjust  *redis.Script
+	co      *coalescer
 
 	// skipUntil is the wall-clock UnixNano until which calls skip Redis after
 	// a failure (0: Redis is believed up).
@@ -139,6 +154,9 @@ func New(opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("redisstore: failureMode %q: want %q or %q", opts.FailureMode, FailOpen, FailClosed)
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
 	client, cluster, err := newClient(&opts)
 	if err != nil {
 		return nil, err
@@ -156,6 +174,7 @@ func New(opts Options) (*Store, error) {
 		m:       newMetrics(opts.Metrics),
 		reserve: redis.NewScript(luaReserve),
 		adjust:  redis.NewScript(luaAdjust),
+		co:      newCoalescer(client, opts.MaxInFlight, maxBatch),
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
@@ -214,6 +233,7 @@ func newClient(o *Options) (redis.UniversalClient, bool, error) {
 		if o.PoolSize > 0 {
 			co.PoolSize = o.PoolSize
 		}
+		co.MinIdleConns = min(o.MaxInFlight, poolSizeOr(co.PoolSize))
 		return redis.NewClusterClient(co), true, nil
 	}
 	var ro *redis.Options
@@ -248,7 +268,17 @@ func newClient(o *Options) (redis.UniversalClient, bool, error) {
 	if o.PoolSize > 0 {
 		ro.PoolSize = o.PoolSize
 	}
+	ro.MinIdleConns = min(o.MaxInFlight, poolSizeOr(ro.PoolSize))
 	return redis.NewClient(ro), false, nil
+}
+
+// poolSizeOr is a configured pool size, or go-redis's default (10 per CPU)
+// when unset.
+func poolSizeOr(n int) int {
+	if n > 0 {
+		return n
+	}
+	return 10 * runtime.GOMAXPROCS(0)
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -279,8 +309,9 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, r
 			return fmt.Errorf("redisstore: %w", err)
 		}
 	}
-	keys, err := s.keys(debits)
-	if err != nil {
+	sc := getCall(s.reserve)
+	defer putCall(sc)
+	if err := s.keys(sc, debits); err != nil {
 		return err
 	}
 	if s.skipping() {
@@ -290,14 +321,12 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, r
 	if op == opPeek {
 		mode = "p"
 	}
-	args := make([]any, 0, 2+4*len(debits))
-	args = append(args, mode, s.clock())
-	for i := range debits {
-		d := &debits[i]
-		args = append(args, int64(d.Limit.Algorithm), d.Limit.Max, store.Micros(d.Limit.Period), d.Amount)
-	}
+	sc.num = packReserve(sc.num[:0], debits)
+	sc.argArr = [3]any{mode, s.clock(), sc.num}
+	sc.args = sc.argArr[:]
 	start := time.Now()
-	reply, err := s.reserve.Run(ctx, s.client, keys, args...).Int64Slice()
+	s.co.do(ctx, sc)
+	reply, err := sc.cmd.Int64Slice()
 	s.m.observe(op, start)
 	if err != nil {
 		return s.failed(ctx, op, err, func() error { return s.fallback(ctx, op, debits, res, err) })
@@ -339,22 +368,21 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 	if allZero(deltas) {
 		return nil
 	}
-	keys, err := s.keys(debits)
-	if err != nil {
+	sc := getCall(s.adjust)
+	defer putCall(sc)
+	if err := s.keys(sc, debits); err != nil {
 		return err
 	}
 	if s.skipping() {
 		s.m.dropped.Inc()
 		return s.dropErr(nil)
 	}
-	args := make([]any, 0, 1+5*len(debits))
-	args = append(args, s.clock())
-	for i := range debits {
-		d := &debits[i]
-		args = append(args, int64(d.Limit.Algorithm), d.Limit.Max, store.Micros(d.Limit.Period), t.Window[i], deltas[i])
-	}
+	sc.num = packAdjust(sc.num[:0], debits, t.Window, deltas)
+	sc.argArr = [3]any{s.clock(), sc.num}
+	sc.args = sc.argArr[:2]
 	start := time.Now()
-	err = s.adjust.Run(ctx, s.client, keys, args...).Err()
+	s.co.do(ctx, sc)
+	err := sc.cmd.Err()
 	s.m.observe(opAdjust, start)
 	if err != nil {
 		return s.failed(ctx, opAdjust, err, func() error {
@@ -382,24 +410,59 @@ func (s *Store) Close() error {
 	return s.client.Close()
 }
 
-// keys prefixes the debit keys. On Redis Cluster all keys of one call must
-// hash to one slot (callers share a {scope} hash tag); a call that breaks
-// this is a wiring bug and fails loudly rather than with CROSSSLOT at random.
-func (s *Store) keys(debits []store.Debit) ([]string, error) {
-	keys := make([]string, len(debits))
+// keys fills sc.keys with the prefixed debit keys. On Redis Cluster all keys
+// of one call must hash to one slot (callers share a {scope} hash tag); a
+// call that breaks this is a wiring bug and fails loudly rather than with
+// CROSSSLOT at random.
+func (s *Store) keys(sc *scriptCall, debits []store.Debit) error {
+	keys := sc.keyBuf[:0]
 	for i := range debits {
-		keys[i] = s.prefix + debits[i].Key
+		keys = append(keys, s.prefix+debits[i].Key)
 	}
+	sc.keyBuf, sc.keys = keys, keys
 	if s.cluster {
 		slot := Slot(keys[0])
 		for _, k := range keys[1:] {
 			if Slot(k) != slot {
 				s.log.Error("redisstore: keys of one call span cluster slots; share a {hash tag}", "first", keys[0], "other", k)
-				return nil, fmt.Errorf("redisstore: keys %q and %q hash to different cluster slots: give them one {hash tag}", keys[0], k)
+				return fmt.Errorf("redisstore: keys %q and %q hash to different cluster slots: give them one {hash tag}", keys[0], k)
 			}
 		}
 	}
-	return keys, nil
+	return nil
+}
+
+// packReserve appends luaReserve's numeric argument: per debit the
+// little-endian doubles alg, max, period_us, amount. Doubles are what the
+// script computes with (Lua numbers); integers up to 2^53 are exact, and
+// larger ones round as Lua's tonumber would round their decimal text.
+func packReserve(b []byte, debits []store.Debit) []byte {
+	for i := range debits {
+		d := &debits[i]
+		b = appendF64(b, float64(d.Limit.Algorithm))
+		b = appendF64(b, float64(d.Limit.Max))
+		b = appendF64(b, float64(store.Micros(d.Limit.Period)))
+		b = appendF64(b, float64(d.Amount))
+	}
+	return b
+}
+
+// packAdjust appends luaAdjust's numeric argument: per debit alg, max,
+// period_us, window_s, delta, as in packReserve.
+func packAdjust(b []byte, debits []store.Debit, windows, deltas []int64) []byte {
+	for i := range debits {
+		d := &debits[i]
+		b = appendF64(b, float64(d.Limit.Algorithm))
+		b = appendF64(b, float64(d.Limit.Max))
+		b = appendF64(b, float64(store.Micros(d.Limit.Period)))
+		b = appendF64(b, float64(windows[i]))
+		b = appendF64(b, float64(deltas[i]))
+	}
+	return b
+}
+
+func appendF64(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 }
 
 func (s *Store) clock() string {

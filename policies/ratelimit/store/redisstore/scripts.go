@@ -139,128 +139,151 @@ end
 `
 
 // luaReserve charges (ARGV[1] == "r") or inspects (ARGV[1] == "p") every
-// key, all or nothing. ARGV[2] is the clock spec (see now_us). Per key i,
-// ARGV[3+4(i-1) ..] = alg, max, period_us, amount. A key listed twice is
-// charged twice, the later debit seeing the earlier one's charge (as in
-// memstore). Reply: {allowed, denied (0-based, -1 when allowed), retry_us,
-// never, then per key remaining, reset_us, window_s}.
+// key, all or nothing. ARGV[2] is the clock spec (see now_us). ARGV[3]
+// holds per key i the little-endian doubles alg, max, period_us, amount
+// (32 bytes per key, see packReserve): one string instead of four numbers
+// per key, which Redis would turn into Lua strings and the script parse. A
+// key listed twice is charged twice, the later debit seeing the earlier
+// one's charge (as in memstore). Reply: {allowed, denied (0-based, -1 when
+// allowed), retry_us, never, then per key remaining, reset_us, window_s}.
+//
+// Per debit the state lives in one flat table st at 9(i-1): alg, max, per,
+// window end (s), base a, base b, after-charge a, after-charge b, and
+// whether this is the key's last occurrence (the one written).
 const luaReserve = luaCommon + `
 local charge = ARGV[1] == 'r'
 local now, now_s = now_us(ARGV[2])
 local n = #KEYS
 local raw = redis.call('MGET', unpack(KEYS))
-local alg, max, per, wend = {}, {}, {}, {}
-local ba, bb, xa, xb = {}, {}, {}, {}  -- base and after-charge states
-local prev, last = {}, {}              -- latest index per key; last occurrence
-local mws, mwe                         -- the current month, once computed
+local args = ARGV[3]
+local st = {}
+local mws, mwe  -- the current month, once computed
 local denied, retry, never = -1, 0, 0
+local pos = 1
 for i = 1, n do
-  local k = 3 + (i - 1) * 4
-  local a, m, p, x = tonumber(ARGV[k]), tonumber(ARGV[k + 1]), tonumber(ARGV[k + 2]), tonumber(ARGV[k + 3])
-  alg[i], max[i], per[i] = a, m, p
+  local a, m, p, x
+  a, m, p, x, pos = unpack_state('<dddd', args, pos)
   local ws, we = 0, 0
   if a == 3 then
     if not mws then mws, mwe = month_bounds(now_s) end
     ws, we = mws, mwe
   elseif a == 2 then
-    ws, we = window(2, p, now_s)
+    local per_s = p / 1000000
+    ws = floor(now_s / per_s) * per_s
+    we = ws + per_s
   end
-  wend[i] = we
   local key = KEYS[i]
-  local ca, cb
-  local j = prev[key]
-  if j then
-    ba[i], bb[i] = ba[j], bb[j]
-    ca, cb = xa[j], xb[j]
-    last[j] = false
+  local o = (i - 1) * 9
+  local ba, bb, ca, cb
+  local j = 0
+  for q = i - 1, 1, -1 do
+    if KEYS[q] == key then j = q break end
+  end
+  if j > 0 then
+    local oj = (j - 1) * 9
+    ba, bb, ca, cb = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8]
+    st[oj + 9] = false
   else
     local sa, sb = decode(raw[i], a)
     ca, cb = advance(a, m, p, sa, sb, now, ws)
-    ba[i], bb[i] = ca, cb
+    ba, bb = ca, cb
   end
-  prev[key], last[i] = i, true
+  local xa, xb
   if a == 1 then
     if denied < 0 and ca < x then
       denied = i - 1
       if x > m then never = 1 else retry = ceil((x - ca) * p / m) end
     end
-    xa[i], xb[i] = ca - x, cb
+    xa, xb = ca - x, cb
   else
     if denied < 0 and cb + x > m then
       denied = i - 1
       if x > m then never = 1 else retry = we * 1000000 - now end
     end
-    xa[i], xb[i] = ca, cb + x
+    xa, xb = ca, cb + x
   end
+  st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9] =
+    a, m, p, we, ba, bb, xa, xb, true
 end
-local allowed = 0
-if denied < 0 then allowed = 1 end
-local out = {allowed, denied, retry, never}
-local o = 4
+local write = denied < 0 and charge
+local out = {0, denied, retry, never}
+if denied < 0 then out[1] = 1 end
 for i = 1, n do
-  local a, b = ba[i], bb[i]
-  local ai, mi = alg[i], max[i]
-  if allowed == 1 and charge then
-    a, b = xa[i], xb[i]
-    if last[i] then
-      -- A window state a is normally the current window (end wend[i]); only
-      -- a key repeated under another algorithm can hold anything else.
-      local we = wend[i]
+  local o = (i - 1) * 9
+  local ai, mi, pi, we = st[o + 1], st[o + 2], st[o + 3], st[o + 4]
+  local a, b
+  if write then
+    a, b = st[o + 7], st[o + 8]
+    if st[o + 9] then
+      -- A window state a is normally the current window (ending at we);
+      -- only a key repeated under another algorithm can hold anything else.
       if ai ~= 1 then
         local ws
-        if ai == 3 then ws = mws else ws = we - per[i] / 1000000 end
-        if a ~= ws then _, we = window(ai, per[i], a) end
+        if ai == 3 then ws = mws else ws = we - pi / 1000000 end
+        if a ~= ws then _, we = window(ai, pi, a) end
       end
-      store(KEYS[i], ai, mi, per[i], a, b, now, we)
+      store(KEYS[i], ai, mi, pi, a, b, now, we)
+      we = st[o + 4]
     end
+  else
+    a, b = st[o + 5], st[o + 6]
   end
+  local r = 4 + (i - 1) * 3
   if ai == 1 then
     local full = 0
-    if a < mi then full = ceil((mi - a) * per[i] / mi) end
-    out[o + 1], out[o + 2], out[o + 3] = floor(a), full, 0
+    if a < mi then full = ceil((mi - a) * pi / mi) end
+    out[r + 1], out[r + 2], out[r + 3] = floor(a), full, 0
   else
-    out[o + 1], out[o + 2], out[o + 3] = mi - b, wend[i] * 1000000 - now, a
+    out[r + 1], out[r + 2], out[r + 3] = mi - b, we * 1000000 - now, a
   end
-  o = o + 3
 end
 return out
 `
 
-// luaAdjust applies signed deltas in order. ARGV[1] is the clock spec. Per
-// key i, ARGV[2+5(i-1) ..] = alg, max, period_us, window_s (from the
-// ticket), delta. A bucket is refilled, then level -= delta, capped at max
-// (absent counts as full). A window changes only while its stored window is
-// the ticket's: used = max(0, used + delta), TTL kept. A key listed twice
-// sees its earlier adjustment, as if read again. Reply: the number of keys
-// changed.
+// luaAdjust applies signed deltas in order. ARGV[1] is the clock spec.
+// ARGV[2] holds per key i the little-endian doubles alg, max, period_us,
+// window_s (from the ticket), delta (40 bytes per key, see packAdjust). A
+// bucket is refilled, then level -= delta, capped at max (absent counts as
+// full). A window changes only while its stored window is the ticket's:
+// used = max(0, used + delta), TTL kept (so the clock is read only if a
+// bucket changes). A key listed twice sees its earlier adjustment, as if
+// read again. Reply: the number of keys changed.
 const luaAdjust = luaCommon + `
-local now = now_us(ARGV[1])
+local now = nil  -- read only when a bucket changes: windows need no clock
 local raw = redis.call('MGET', unpack(KEYS))
-local cur = {}  -- key -> its value as written so far (false: absent)
+local args = ARGV[2]
+local cur = nil  -- key -> its value as written so far (false: absent)
 local changed = 0
+local pos = 1
 for i = 1, #KEYS do
-  local k = 2 + (i - 1) * 5
-  local d = tonumber(ARGV[k + 4])
+  local a, m, p, w, d
+  a, m, p, w, d, pos = unpack_state('<ddddd', args, pos)
   if d ~= 0 then
     local key = KEYS[i]
-    local a, m, p, w = tonumber(ARGV[k]), tonumber(ARGV[k + 1]), tonumber(ARGV[k + 2]), tonumber(ARGV[k + 3])
-    local v = cur[key]
-    if v == nil then v = raw[i] end
+    local v = raw[i]
+    if cur and cur[key] ~= nil then v = cur[key] end
     local sa, sb = decode(v, a)
+    local nv = nil
     if a == 1 then
+      now = now or now_us(ARGV[1])
       local l, ts = advance(1, m, p, sa, sb, now, 0)
       l = l - d
       if l > m then l = m end
       store(key, 1, m, p, l, ts, now, 0)
-      if l >= m then cur[key] = false else cur[key] = pack('<Bdd', 1, l, ts) end
+      if i < #KEYS then
+        if l >= m then nv = false else nv = pack('<Bdd', 1, l, ts) end
+      end
       changed = changed + 1
     elseif sa == w then
       sb = sb + d
       if sb < 0 then sb = 0 end
-      local s = pack('<Bdd', a, sa, sb)
-      redis.call('SET', key, s, 'KEEPTTL')
-      cur[key] = s
+      nv = pack('<Bdd', a, sa, sb)
+      redis.call('SET', key, nv, 'KEEPTTL')
       changed = changed + 1
+    end
+    if nv ~= nil and i < #KEYS then
+      cur = cur or {}
+      cur[key] = nv
     end
   end
 end

@@ -1,0 +1,276 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"sluice/internal/redistest"
+	"sluice/policies/ratelimit/store"
+)
+
+// gateHook runs before on every command sent alone and every pipeline
+// (before it reaches the server).
+type gateHook struct {
+	beforeCmd  func(cmd redis.Cmder)
+	beforePipe func(cmds []redis.Cmder)
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.beforeCmd != nil && !connSetup[cmd.Name()] {
+			h.beforeCmd(cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.beforePipe != nil {
+			h.beforePipe(cmds)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *coalescer) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
+
+// holdFirst makes the first command sent alone wait until release is
+// closed, so that later calls queue behind it (MaxInFlight 1).
+func holdFirst(h *gateHook) (release chan struct{}) {
+	release = make(chan struct{})
+	var once sync.Once
+	h.beforeCmd = func(redis.Cmder) {
+		once.Do(func() { <-release })
+	}
+	return release
+}
+
+// Calls made while the only round trip is busy queue, then go out as one
+// pipeline: still one EVALSHA per call, each with its own correct reply.
+func TestQueuedCallsShareOnePipeline(t *testing.T) {
+	url := redistest.URL(t)
+	cnt := newCmdCounter()
+	gate := &gateHook{}
+	s := newTestStore(t, Options{URL: url, MaxInFlight: 1, Hooks: []redis.Hook{cnt, gate}})
+	ctx := context.Background()
+	const callers = 6
+	release := holdFirst(gate)
+	var wg sync.WaitGroup
+	results := make([]store.Result, callers+1)
+	errs := make([]error, callers+1)
+	reserve := func(i int) {
+		defer wg.Done()
+		ds := []store.Debit{{Key: fmt.Sprintf("{c%d}w", i), Limit: window(100, time.Hour), Amount: int64(i + 1)}}
+		errs[i] = s.Reserve(ctx, ds, &results[i])
+	}
+	wg.Add(1)
+	go reserve(0)
+	eventually(t, 10*time.Second, "first call in flight", func() bool {
+		s.co.mu.Lock()
+		defer s.co.mu.Unlock()
+		return s.co.inflight == 1
+	})
+	for i := 1; i <= callers; i++ {
+		wg.Add(1)
+		go reserve(i)
+	}
+	eventually(t, 10*time.Second, "calls queued", func() bool { return s.co.queued() == callers })
+	close(release)
+	wg.Wait()
+	for i := range results {
+		if errs[i] != nil || !results[i].Allowed || results[i].Remaining[0] != 100-int64(i+1) {
+			t.Fatalf("call %d: err %v, result %+v", i, errs[i], results[i])
+		}
+	}
+	counts, cmds, trips := cnt.takeTrips()
+	// The first call may load the script (EVALSHA, then EVAL).
+	if counts["evalsha"] != callers+1 || cmds-counts["eval"] != callers+1 {
+		t.Fatalf("commands %v, want one EVALSHA per call", counts)
+	}
+	if trips-counts["eval"] != 2 {
+		t.Fatalf("%d round trips (%v), want 2 (the first call, then one pipeline)", trips, counts)
+	}
+}
+
+// A pipeline whose scripts the server has forgotten (SCRIPT FLUSH) is
+// followed by one pipeline of EVALs; every call is charged exactly once.
+func TestPipelineRecoversFromNoscript(t *testing.T) {
+	url := redistest.StartServer(t).URL()
+	cnt := newCmdCounter()
+	gate := &gateHook{}
+	s := newTestStore(t, Options{URL: url, MaxInFlight: 1, Hooks: []redis.Hook{gate, cnt}})
+	ctx := context.Background()
+	ds := func(i int) []store.Debit {
+		return []store.Debit{{Key: fmt.Sprintf("{n%d}w", i), Limit: window(100, time.Hour), Amount: 10}}
+	}
+	var warm store.Result
+	if err := s.Reserve(ctx, ds(0), &warm); err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(mustParse(t, url))
+	defer admin.Close()
+	var flushed atomic.Bool
+	gate.beforePipe = func([]redis.Cmder) {
+		if flushed.CompareAndSwap(false, true) {
+			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	release := holdFirst(gate)
+	cnt.take()
+	const callers = 4
+	var wg sync.WaitGroup
+	results := make([]store.Result, callers+1)
+	errs := make([]error, callers+1)
+	for i := 0; i <= callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Reserve(ctx, ds(i), &results[i])
+		}()
+		if i == 0 {
+			eventually(t, 10*time.Second, "first call in flight", func() bool {
+				s.co.mu.Lock()
+				defer s.co.mu.Unlock()
+				return s.co.inflight == 1
+			})
+		}
+	}
+	eventually(t, 10*time.Second, "calls queued", func() bool { return s.co.queued() == callers })
+	close(release)
+	wg.Wait()
+	for i := range results {
+		want := int64(90)
+		if i == 0 {
+			want = 80 // charged by the warm-up too
+		}
+		if errs[i] != nil || results[i].Remaining[0] != want {
+			t.Fatalf("call %d: err %v, remaining %v, want %d", i, errs[i], results[i].Remaining, want)
+		}
+	}
+	counts, _, trips := cnt.takeTrips()
+	want := map[string]int{"evalsha": callers + 1, "eval": callers}
+	if !reflect.DeepEqual(counts, want) || trips != 3 {
+		t.Fatalf("commands %v in %d round trips, want %v in 3", counts, trips, want)
+	}
+}
+
+// A call whose context ends while it is queued is withdrawn: it returns the
+// context's error, is never sent, and the store goes on working.
+func TestCanceledWhileQueuedIsNeverSent(t *testing.T) {
+	url := redistest.URL(t)
+	cnt := newCmdCounter()
+	gate := &gateHook{}
+	s := newTestStore(t, Options{URL: url, MaxInFlight: 1, Hooks: []redis.Hook{cnt, gate}})
+	release := holdFirst(gate)
+	ds := []store.Debit{{Key: "{q}w", Limit: window(100, time.Hour), Amount: 1}}
+	done := make(chan error, 1)
+	go func() {
+		var res store.Result
+		done <- s.Reserve(context.Background(), ds, &res)
+	}()
+	eventually(t, 10*time.Second, "first call in flight", func() bool {
+		s.co.mu.Lock()
+		defer s.co.mu.Unlock()
+		return s.co.inflight == 1
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	canceled := make(chan error, 1)
+	go func() {
+		var res store.Result
+		canceled <- s.Reserve(ctx, ds, &res)
+	}()
+	eventually(t, 10*time.Second, "second call queued", func() bool { return s.co.queued() == 1 })
+	cancel()
+	if err := <-canceled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled call: err %v, want context.Canceled", err)
+	}
+	if n := s.co.queued(); n != 0 {
+		t.Fatalf("%d calls still queued", n)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var res store.Result
+	if err := s.Peek(context.Background(), ds, &res); err != nil || res.Remaining[0] != 99 {
+		t.Fatalf("after: remaining %v (%v), want 99: the canceled call must not charge", res.Remaining, err)
+	}
+}
+
+// Many goroutines through few round trips: every charge and settlement
+// lands exactly once.
+func TestCoalescedLoadIsExact(t *testing.T) {
+	url := redistest.URL(t)
+	cnt := newCmdCounter()
+	s := newTestStore(t, Options{URL: url, MaxInFlight: 2, Hooks: []redis.Hook{cnt}})
+	ctx := context.Background()
+	const (
+		workers = 24
+		each    = 25
+		scopes  = 4
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds := []store.Debit{
+				{Key: fmt.Sprintf("{e%d}w", w%scopes), Limit: window(1<<40, time.Hour), Amount: 5},
+				{Key: fmt.Sprintf("{e%d}m", w%scopes), Limit: month(1 << 40), Amount: 7},
+			}
+			var res store.Result
+			for range each {
+				if err := s.Reserve(ctx, ds, &res); err != nil || !res.Allowed {
+					errs <- fmt.Errorf("reserve: %v allowed=%v", err, res.Allowed)
+					return
+				}
+				if err := s.Adjust(ctx, ds, &res.Ticket, []int64{-2, 3}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	counts, _, trips := cnt.takeTrips()
+	if counts["evalsha"] != 2*workers*each {
+		t.Fatalf("commands %v, want one EVALSHA per call (%d)", counts, 2*workers*each)
+	}
+	t.Logf("%d calls in %d round trips", 2*workers*each, trips)
+	perScope := int64(workers / scopes * each)
+	for sc := range scopes {
+		ds := []store.Debit{
+			{Key: fmt.Sprintf("{e%d}w", sc), Limit: window(1<<40, time.Hour)},
+			{Key: fmt.Sprintf("{e%d}m", sc), Limit: month(1 << 40)},
+		}
+		var res store.Result
+		if err := s.Peek(ctx, ds, &res); err != nil {
+			t.Fatal(err)
+		}
+		if used := []int64{1<<40 - res.Remaining[0], 1<<40 - res.Remaining[1]}; used[0] != 3*perScope || used[1] != 10*perScope {
+			t.Fatalf("scope %d used %v, want [%d %d]", sc, used, 3*perScope, 10*perScope)
+		}
+	}
+}
