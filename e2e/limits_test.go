@@ -1270,6 +1270,7 @@ func TestReloadKeepsCountersAndInFlight(t *testing.T) {
 	if a := env.chat("/rl", "app-a", req, nil); a.status != 200 {
 		t.Fatalf("first request: %d", a.status)
 	}
+	env.waitSettled() // the body reaches the client just before the final phase runs
 
 	// A stream admitted under the old chain stays open across the reload.
 	stream := req
@@ -1314,5 +1315,40 @@ func TestReloadKeepsCountersAndInFlight(t *testing.T) {
 	a := env.chat("/rl", "app-a", req, nil)
 	if h := readRateHeaders(a.header); a.status != 200 || h.LimitTokens != 2000 || h.RemainingTokens != 2000-(U+P)-P {
 		t.Fatalf("new limit: %d %+v, want limit 2000 remaining %d", a.status, h, 2000-(U+P)-P)
+	}
+}
+
+// TestDenialHeadersAfterRelease: when a later limit denies a request, the
+// earlier limit's reservation is released, so the token headers on the 429
+// must not count it.
+func TestDenialHeadersAfterRelease(t *testing.T) {
+	c := newCalc(t)
+	req := chatReq{Model: "gpt-4o", Text: "Tokens are fine, money is not.", MaxTokens: 100}
+	P := c.estimate(llmapi.ChatCompletions, req.body())
+	R := c.priceMicros(req.Model, P, req.completion())
+	env := startLimitsEnv(t, deploymentDoc([]string{"app-a"}, fmt.Sprintf(`
+  - name: hr
+    context: /hr
+    provider: mock
+    policies:
+      - {name: api-key-auth, version: v1}
+      - {name: token-based-ratelimit, version: v1, params: {consumerBased: true, algorithm: fixed-window, totalTokenLimits: [{count: 100000, duration: 1h}]}}
+      - {name: llm-cost-based-ratelimit, version: v1, params: {consumerBased: true, budgetLimits: [{amount: %s, duration: 1d}]}}
+      - {name: llm-cost, version: v1}
+`, yamlUSD(R))), nil)
+	if a := env.chat("/hr", "app-a", req, nil); a.status != 200 {
+		t.Fatalf("first: %d", a.status)
+	}
+	env.waitSettled()
+	a := env.chat("/hr", "app-a", req, nil)
+	if a.status != 429 || a.code != gwerror.CodeBudgetExceeded {
+		t.Fatalf("second: %d %s", a.status, a.code)
+	}
+	env.waitSettled()
+	lim := window(100000, time.Hour)
+	used := env.used(counterKey("hr:app-a", policyTokens, "total", lim), lim)
+	if h := readRateHeaders(a.header); h.RemainingTokens >= 0 && h.RemainingTokens != lim.Max-used {
+		t.Errorf("429 by the budget reports x-ratelimit-remaining-tokens %d, but the token counter has %d remaining (the released reservation of %d is still counted)",
+			h.RemainingTokens, lim.Max-used, P)
 	}
 }
