@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -557,4 +558,58 @@ func TestReplicasShareOneLimitOnCluster(t *testing.T) {
 	assertReplicasExact(t, gws, func() int64 {
 		return replicaCounterUsed(t, redisstore.Options{Addrs: addrs, KeyPrefix: prefix}, replicaLimit)
 	})
+}
+
+// TestCountersChangeNeedsRestart: a reload that changes the counters section
+// (here only the Redis key prefix) logs a warning and keeps the running
+// store. A swapped store would count from zero under the new prefix; the kept
+// one keeps counting where it was.
+func TestCountersChangeNeedsRestart(t *testing.T) {
+	bin := buildSluiceBinary(t)
+	upstream := startMockProc(t, bin)
+	url := redistest.URL(t)
+	dep := writeReplicaDeployment(t, upstream, replicaRedisCounters("url: "+url, redistest.KeyPrefix(t), "closed"), replicaLimit, "1h")
+	gw := startSluiceProc(t, "gateway", bin, "/readyz", "gateway", "--config", dep,
+		"--listen", "127.0.0.1:0", "--log-level", "warn", "--watch-interval", "50ms")
+	req := newCostedChat(t, tokencount.New(), "Remember me across reloads", 5)
+	client := &http.Client{Timeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	remaining := func() int64 {
+		t.Helper()
+		status, hdr, body, err := postReplicaChat(ctx, client, gw.URL, req.body)
+		if err != nil || status != http.StatusOK {
+			t.Fatalf("status %d, err %v: %s", status, err, body)
+		}
+		n, err := strconv.ParseInt(hdr.Get("x-ratelimit-remaining-tokens"), 10, 64)
+		if err != nil {
+			t.Fatalf("x-ratelimit-remaining-tokens %q: %v", hdr.Get("x-ratelimit-remaining-tokens"), err)
+		}
+		return n
+	}
+	if got, want := remaining(), replicaLimit-req.cost; got != want {
+		t.Fatalf("remaining after one request = %d, want %d", got, want)
+	}
+
+	moved := replicaRedisCounters("url: "+url, redistest.KeyPrefix(t), "closed")
+	doc, err := os.ReadFile(writeReplicaDeployment(t, upstream, moved, replicaLimit, "1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dep, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "the counters section changed"
+	for !strings.Contains(gw.stderr.String(), warning) {
+		if ctx.Err() != nil {
+			t.Fatalf("no %q warning after the counters section changed", warning)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got, want := remaining(), replicaLimit-2*req.cost; got != want {
+		t.Fatalf("remaining after the reload = %d, want %d (the running store keeps counting)", got, want)
+	}
+	if !gw.Alive() {
+		t.Fatalf("gateway exited: %v", gw.err)
+	}
 }
