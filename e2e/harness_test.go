@@ -647,3 +647,46 @@ func deploymentDoc(apps []string, routes string) string {
 	b.WriteString(routes)
 	return b.String()
 }
+
+// quota reads GET {ctxPath}/v1/quota as app ("" for no key): the remaining
+// units of each counter reported, by counter key (usd converted to micro-USD).
+func (e *limitsEnv) quota(ctxPath, app string) map[string]int64 {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, e.Base+ctxPath+"/v1/quota", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if app != "" {
+		req.Header.Set("Authorization", "Bearer "+appKey(app))
+	}
+	resp, err := e.HTTP.Do(req)
+	if err != nil {
+		e.t.Fatalf("GET quota: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("GET %s/v1/quota: %d %s", ctxPath, resp.StatusCode, body)
+	}
+	var rep struct {
+		Limits []struct {
+			Policy, Scope, Dimension, Period, Unit string
+			Remaining                              json.Number
+		} `json:"limits"`
+	}
+	if err := json.Unmarshal(body, &rep); err != nil {
+		e.t.Fatalf("quota body: %v: %s", err, body)
+	}
+	out := map[string]int64{}
+	for _, l := range rep.Limits {
+		f, err := l.Remaining.Float64()
+		if err != nil {
+			e.t.Fatalf("quota remaining %q: %v", l.Remaining, err)
+		}
+		if l.Unit == "usd" {
+			f *= 1e6
+		}
+		out["{"+l.Scope+"}:"+l.Policy+":"+l.Dimension+":"+l.Period] = int64(math.Round(f))
+	}
+	return out
+}

@@ -201,9 +201,14 @@ func (e *limitsEnv) step(label, ctxPath, app string, req chatReq, prompt int64, 
 		}
 	}
 	e.waitSettled()
+	q := e.quota(ctxPath, app)
 	for _, x := range ch {
 		if got := e.used(x.c.key, x.c.limit); got != x.c.used {
 			e.t.Fatalf("%s: counter %s used %d, want %d", label, x.c.key, got, x.c.used)
+		}
+		// The caller's quota report agrees with the store.
+		if got, ok := q[x.c.key]; !ok || got != x.c.limit.Max-x.c.used {
+			e.t.Fatalf("%s: GET /v1/quota reports %s remaining %d (listed %v), want %d; report %v", label, x.c.key, got, ok, x.c.limit.Max-x.c.used, q)
 		}
 	}
 	return d < 0
