@@ -60,7 +60,7 @@ const (
 	DefaultDialTimeout  = 200 * time.Millisecond
 	DefaultReadTimeout  = 100 * time.Millisecond
 	DefaultWriteTimeout = 100 * time.Millisecond
-	DefaultMaxInFlight  = 4
+	DefaultMaxInFlight  = 2
 )
 
 // maxBatch bounds the script calls sent in one pipeline.
