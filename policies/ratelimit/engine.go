@@ -405,6 +405,31 @@ func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *store.Result)
 
 var units = [3]Unit{UnitTokens, UnitRequests, UnitUSDMicros}
 
+// clearHeaders removes the x-ratelimit-* headers of every unit r counts. It
+// runs when a later policy rejected the request: r was released, so the
+// admission figures this or another instance wrote no longer hold; the denying
+// policy's own headers travel in its error, not in ClientHeader.
+func (e *Engine) clearHeaders(c *policies.Call, r *Reservation) {
+	if c.ClientHeader == nil {
+		return
+	}
+	for i := range r.debits {
+		switch e.meters[e.counters[r.sel[i]].Meter].Unit {
+		case UnitRequests:
+			delete(c.ClientHeader, hLimitRequests)
+			delete(c.ClientHeader, hRemainingRequests)
+			delete(c.ClientHeader, hResetRequests)
+		case UnitUSDMicros:
+			delete(c.ClientHeader, hCostLimit)
+			delete(c.ClientHeader, hCostRemaining)
+		default:
+			delete(c.ClientHeader, hLimitTokens)
+			delete(c.ClientHeader, hRemainingTokens)
+			delete(c.ClientHeader, hResetTokens)
+		}
+	}
+}
+
 func unitIndex(u Unit) int {
 	switch u {
 	case UnitRequests:

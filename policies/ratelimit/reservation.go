@@ -178,6 +178,7 @@ func (e *Engine) Finish(c *policies.Call, o *policies.Outcome, s Settler) (Resol
 	switch o.Kind {
 	case policies.Rejected:
 		kind = Released
+		e.clearHeaders(c, r)
 	case policies.Completed:
 		// r.actual is scratch inside the reservation: a local would escape
 		// through the Settler interface and cost an allocation per request.
