@@ -29,9 +29,13 @@ import (
 //   - RedisRate: github.com/go-redis/redis_rate/v10 Allow (GCRA, one key),
 //     the usual single-counter baseline.
 //
-// Each reports ns/op, ops/s, p99 latency of one op, and Redis commands per
-// op counted by a client hook (connection setup excluded): the target is 2
-// for ReserveAdjust (one round trip each) and 1 for RedisRate.
+// Each reports ns/op, ops/s, p50 and p99 latency of one op; Redis commands
+// per op counted by a client hook (connection setup excluded), which must be
+// exactly 2 for ReserveAdjust (one EVALSHA each) and 1 for RedisRate; round
+// trips per op (a pipeline shared by several ops counts once); and the CPU
+// time per op of this process and of redis-server, which unlike ops/s
+// hardly depends on the machine's other load. BENCH_INFLIGHT sets
+// Options.MaxInFlight.
 //
 //	go test -run '^$' -bench . -benchtime 20000x ./policies/ratelimit/store/redisstore/
 
