@@ -86,6 +86,23 @@ func startOutageLoad(ctx context.Context, gw *sluiceProc, body []byte, workers i
 	return l
 }
 
+// waitAnswered blocks until at least n requests have been answered.
+func (l *outageLoad) waitAnswered(t *testing.T, ctx context.Context, n int) {
+	t.Helper()
+	for {
+		l.mu.Lock()
+		got := len(l.samples)
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("only %d of %d requests answered before the deadline", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // between returns the samples that started at or after from and were
 // answered before to: a request in flight when Redis was killed or started
 // belongs to no phase.
@@ -167,7 +184,10 @@ func TestRedisOutage(t *testing.T) {
 	})
 	defer stopLoad()
 
-	time.Sleep(time.Second)
+	// Healthy phase: wait for answers through both gateways rather than for a
+	// fixed time, so that a slow machine still has a "before" phase to judge.
+	openLoad.waitAnswered(t, ctx, 20)
+	closedLoad.waitAnswered(t, ctx, 20)
 	tStop := time.Now()
 	srv.Stop()
 	tDown := time.Now() // Redis has exited: every reservation from here on fails
