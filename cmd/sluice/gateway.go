@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"sluice/gateway"
 	"sluice/gateway/config"
@@ -77,6 +78,7 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	redis.SetLogger(&counters.RedisClientLogger{Logger: logger, Interval: 10 * time.Second})
 	counterStore, err := counters.New(d.Counters, counters.Options{Logger: logger, Metrics: reg, Now: time.Now})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
