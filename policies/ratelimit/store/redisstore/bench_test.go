@@ -26,6 +26,8 @@ import (
 //   - ReserveAdjust: one Reserve over three counters of one scope (a
 //     per-minute token bucket, a day window, a month budget; one hash tag)
 //     followed by one Adjust of all three, as a request does.
+//   - ReserveAdjust1: the same over one counter (the per-minute bucket),
+//     the shape of redis_rate's single key.
 //   - RedisRate: github.com/go-redis/redis_rate/v10 Allow (GCRA, one key),
 //     the usual single-counter baseline.
 //
@@ -42,31 +44,47 @@ import (
 const benchScopes = 1000
 
 func BenchmarkReserveAdjust(b *testing.B) {
+	benchReserveAdjust(b, func(tag string) []store.Debit {
+		return []store.Debit{
+			{Key: tag + ":total:1m", Limit: bucket(1<<40, time.Minute), Amount: 500},
+			{Key: tag + ":total:1d", Limit: window(1<<40, 24*time.Hour), Amount: 500},
+			{Key: tag + ":cost:month", Limit: month(1 << 40), Amount: 2000},
+		}
+	}, []int64{-120, -120, -480})
+}
+
+// BenchmarkReserveAdjust1 is ReserveAdjust over one counter per
+// reservation (a per-minute token bucket), the shape of redis_rate's one
+// key.
+func BenchmarkReserveAdjust1(b *testing.B) {
+	benchReserveAdjust(b, func(tag string) []store.Debit {
+		return []store.Debit{{Key: tag + ":total:1m", Limit: bucket(1<<40, time.Minute), Amount: 500}}
+	}, []int64{-120})
+}
+
+// benchReserveAdjust runs one op = Reserve(mk(scope tag)) then Adjust by
+// deltas, over benchScopes scopes.
+func benchReserveAdjust(b *testing.B, mk func(tag string) []store.Debit, deltas []int64) {
 	url := redistest.URL(b)
+	tags := make([]string, benchScopes)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("{route:app%d}", i)
+	}
 	for _, par := range []int{1, 16} {
 		b.Run(fmt.Sprintf("conc=%d", par), func(b *testing.B) {
 			cnt := newCmdCounter()
 			s := newTestStore(b, Options{URL: url, Hooks: []redis.Hook{cnt}, PoolSize: 2 * par, MaxInFlight: benchInFlight()})
 			ctx := context.Background()
-			mk := func(i int) []store.Debit {
-				tag := fmt.Sprintf("{route:app%d}", i)
-				return []store.Debit{
-					{Key: tag + ":total:1m", Limit: bucket(1<<40, time.Minute), Amount: 500},
-					{Key: tag + ":total:1d", Limit: window(1<<40, 24*time.Hour), Amount: 500},
-					{Key: tag + ":cost:month", Limit: month(1 << 40), Amount: 2000},
-				}
-			}
-			deltas := []int64{-120, -120, -480}
 			// Warm up: load the scripts and open connections.
 			var warm store.Result
-			if err := s.Reserve(ctx, mk(0), &warm); err != nil {
+			if err := s.Reserve(ctx, mk(tags[0]), &warm); err != nil {
 				b.Fatal(err)
 			}
 			cnt.take()
 			cpu := newServerCPU(b, url)
 			runLatency(b, par, func(i int) error {
 				var res store.Result
-				ds := mk(i % benchScopes)
+				ds := mk(tags[i%benchScopes])
 				if err := s.Reserve(ctx, ds, &res); err != nil {
 					return err
 				}
@@ -102,9 +120,13 @@ func BenchmarkRedisRate(b *testing.B) {
 				b.Fatal(err)
 			}
 			cnt.take()
+			keys := make([]string, benchScopes)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("%s{route:app%d}", prefix, i)
+			}
 			cpu := newServerCPU(b, url)
 			runLatency(b, par, func(i int) error {
-				r, err := lim.Allow(ctx, fmt.Sprintf("%s{route:app%d}", prefix, i%benchScopes), limit)
+				r, err := lim.Allow(ctx, keys[i%benchScopes], limit)
 				if err == nil && r.Allowed == 0 {
 					err = fmt.Errorf("not allowed: %+v", r)
 				}
