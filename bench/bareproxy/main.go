@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -59,7 +60,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// bodies of unknown length after every write by itself, and a JSON
 		// answer of known length is written without a flush per write, as
 		// the gateway writes it.
-		ErrorLog:      log.New(stderr, "bareproxy: ", 0),
+		// Pooled copy buffers, as the gateway pools its body buffers;
+		// without a pool ReverseProxy allocates 32 KiB per request.
+		BufferPool: &bufferPool{},
+		ErrorLog:   log.New(stderr, "bareproxy: ", 0),
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -87,3 +91,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// bufferPool is an httputil.BufferPool over sync.Pool; safe for concurrent use.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
