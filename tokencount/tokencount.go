@@ -14,6 +14,7 @@ package tokencount
 import (
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/tiktoken-go/tokenizer"
 
@@ -41,28 +42,66 @@ const (
 
 var encodingNames = [numEncodings]tokenizer.Encoding{o200k: tokenizer.O200kBase, cl100k: tokenizer.Cl100kBase}
 
-// lazyCodec loads one encoding on first use.
-type lazyCodec struct {
-	once  sync.Once
-	codec tokenizer.Codec
+// encoding counts tokens of one encoding: its own pre-tokenizer (split.go), the
+// rank table read out of the library's vocabulary, and a cache of piece counts.
+// Counts equal the library's Codec.Count for every string (TestCountMatchesLibrary,
+// FuzzCountMatchesLibrary).
+type encoding struct {
+	split func(s string, i int) int
+	ranks rankTable
+	cache *pieceCache
+}
+
+// lazyEncoding loads one encoding on first use.
+type lazyEncoding struct {
+	once sync.Once
+	enc  *encoding
 }
 
 // Counter counts tokens. It is safe for concurrent use; vocabularies load lazily
 // on first use of each encoding.
 type Counter struct {
-	codecs [numEncodings]lazyCodec
+	encodings [numEncodings]lazyEncoding
 }
 
 // New returns a Counter.
 func New() *Counter { return &Counter{} }
 
-func (c *Counter) codec(id encodingID) tokenizer.Codec {
-	l := &c.codecs[id]
+var splitters = [numEncodings]func(string, int) int{o200k: splitO200k, cl100k: splitCl100k}
+
+func (c *Counter) encoding(id encodingID) *encoding {
+	l := &c.encodings[id]
 	l.once.Do(func() {
 		// Get only fails for an unknown encoding name; both names are constants.
-		l.codec, _ = tokenizer.Get(encodingNames[id])
+		codec, _ := tokenizer.Get(encodingNames[id])
+		l.enc = &encoding{split: splitters[id], ranks: loadRanks(codec), cache: newPieceCache()}
 	})
-	return l.codec
+	return l.enc
+}
+
+// count returns the number of tokens of text.
+func (e *encoding) count(text string) int {
+	if !utf8.ValidString(text) {
+		// The library's regex engine reads text as runes, each invalid byte
+		// becoming U+FFFD, and encodes the pieces it cuts from those runes.
+		text = string([]rune(text))
+	}
+	n := 0
+	for i := 0; i < len(text); {
+		if unmatched(text[i]) {
+			i++
+			continue
+		}
+		j := e.split(text, i)
+		piece := text[i:j]
+		if _, ok := e.ranks[piece]; ok {
+			n++
+		} else {
+			n += e.cache.tokens(piece, e.ranks)
+		}
+		i = j
+	}
+	return n
 }
 
 // cl100kPrefixes are the model families that use cl100k_base. Checked after the
@@ -106,12 +145,7 @@ func (c *Counter) exact(id encodingID, text string) int64 {
 	if text == "" {
 		return 0
 	}
-	n, err := c.codec(id).Count(text)
-	if err != nil {
-		// Only the strict UTF-8 mode errors, which is not used; stay conservative anyway.
-		return int64(len(text)+3) / 4
-	}
-	return int64(n)
+	return int64(c.encoding(id).count(text))
 }
 
 // countTexts counts the sum of texts' tokens: exactly when their total size is at
