@@ -2,27 +2,32 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// coalescer sends script calls made concurrently by many goroutines in
-// shared round trips: at most slots round trips are in flight; a call that
-// finds them all busy queues, and when a round trip ends the queue goes out
-// as one pipeline. Each call is still exactly one EVALSHA (plus one EVAL
-// after NOSCRIPT) and its caller still waits for its own reply, so the
-// semantics are those of one command per call; only the writes and reads on
-// the socket are shared, which is what costs most, in Redis and here, for
-// small scripts. With one caller at a time nothing is ever queued and a call
-// is a plain EVALSHA.
+// coalescer sends store calls made concurrently by many goroutines in shared
+// round trips and shared script invocations: at most slots round trips are
+// in flight; a call that finds them all busy queues, and when a round trip
+// ends the queue goes out together. The queued calls are merged into one
+// luaBatch invocation (on Redis Cluster, one per hash slot, since a script's
+// keys must share a slot; and one per clock spec, which only tests vary),
+// which Redis runs once: one EVALSHA, one MGET, at most one TIME, for all of
+// them. Each call is still one operation of its own, run in order and
+// atomically (the whole script is), with its own reply or error; merging
+// concurrent calls only fixes an order among them, which they did not have.
+// With one caller at a time nothing is ever queued and a call is one
+// EVALSHA carrying one operation.
 //
 // There is no background goroutine: the caller whose round trip ends hands
 // the queue to the first queued caller, which sends it (leader handoff).
 type coalescer struct {
 	client redis.UniversalClient
+	script *redis.Script // luaBatch
 	// slots bounds the round trips in flight (>= 1); maxBatch the calls per
-	// pipeline.
+	// round trip.
 	slots    int
 	maxBatch int
 
@@ -31,18 +36,31 @@ type coalescer struct {
 	queue    []*scriptCall // waiting calls; non-empty only while inflight == slots
 }
 
-// scriptCall is one script invocation. The caller owns it until do returns.
-type scriptCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	cmd    *redis.Cmd // the reply, set by the round trip that carried the call
+// Operation kinds in a luaBatch header.
+const (
+	kindReserve byte = 1
+	kindPeek    byte = 2
+	kindAdjust  byte = 3
+)
 
-	// Storage reused across calls (the pool): keys, args and the packed
-	// numeric argument (see packReserve).
+// scriptCall is one store operation. The caller owns it until do returns.
+type scriptCall struct {
+	keys  []string
+	num   []byte // the operation's header and packed numbers (see luaBatch)
+	clock string // clock spec (see now_us)
+	slot  int    // the keys' cluster hash slot (0 on a single node)
+
+	// The operation's reply (a reserve/peek array or an adjust count) or its
+	// error, set by the round trip that carried it.
+	reply any
+	err   error
+
+	// Storage reused across calls (the pool): the keys, the arguments, and
+	// the merged keys and numbers when this call carries a merged batch.
 	keyBuf []string
-	argArr [3]any
-	num    []byte
+	argArr [2]any
+	mkeys  []string
+	mnum   []byte
 
 	// ready receives one signal per queued call: either the call's round trip
 	// is done, or lead is set and the call must send that batch (itself
@@ -54,25 +72,22 @@ type scriptCall struct {
 
 var callPool = sync.Pool{New: func() any { return &scriptCall{ready: make(chan struct{}, 1)} }}
 
-func getCall(script *redis.Script) *scriptCall {
-	sc := callPool.Get().(*scriptCall)
-	sc.script = script
-	return sc
-}
+func getCall() *scriptCall { return callPool.Get().(*scriptCall) }
 
 // putCall returns sc to the pool once its reply has been read.
 func putCall(sc *scriptCall) {
 	clear(sc.keyBuf)
 	clear(sc.argArr[:])
-	sc.script, sc.keys, sc.args, sc.cmd, sc.lead = nil, nil, nil, nil, nil
+	clear(sc.mkeys)
+	sc.keys, sc.reply, sc.err, sc.lead = nil, nil, nil, nil
 	callPool.Put(sc)
 }
 
-func newCoalescer(client redis.UniversalClient, slots, maxBatch int) *coalescer {
-	return &coalescer{client: client, slots: max(slots, 1), maxBatch: max(maxBatch, 1)}
+func newCoalescer(client redis.UniversalClient, script *redis.Script, slots, maxBatch int) *coalescer {
+	return &coalescer{client: client, script: script, slots: max(slots, 1), maxBatch: max(maxBatch, 1)}
 }
 
-// do runs sc and leaves its reply in sc.cmd. A call canceled (ctx) while
+// do runs sc and leaves its reply in sc.reply, or its error in sc.err. A call canceled (ctx) while
 // still queued is withdrawn and never sent; once sent, do waits for the
 // reply, which the read timeout bounds.
 func (c *coalescer) do(ctx context.Context, sc *scriptCall) {
@@ -80,7 +95,7 @@ func (c *coalescer) do(ctx context.Context, sc *scriptCall) {
 	if c.inflight < c.slots {
 		c.inflight++
 		c.mu.Unlock()
-		sc.cmd = run(ctx, c.client, sc)
+		c.send(ctx, []*scriptCall{sc})
 		c.release()
 		return
 	}
@@ -94,8 +109,7 @@ func (c *coalescer) do(ctx context.Context, sc *scriptCall) {
 		if sc.queued {
 			c.withdraw(sc)
 			c.mu.Unlock()
-			sc.cmd = redis.NewCmd(ctx)
-			sc.cmd.SetErr(ctx.Err())
+			sc.err = ctx.Err()
 			return
 		}
 		c.mu.Unlock()
@@ -105,7 +119,7 @@ func (c *coalescer) do(ctx context.Context, sc *scriptCall) {
 		sc.lead = nil
 		// The batch was queued by many callers: a cancellation of this one
 		// must not fail the others' commands.
-		runBatch(context.WithoutCancel(ctx), c.client, batch)
+		c.send(context.WithoutCancel(ctx), batch)
 		c.release()
 		for _, m := range batch[1:] {
 			m.ready <- struct{}{}
@@ -147,38 +161,120 @@ func (c *coalescer) release() {
 	batch[0].ready <- struct{}{}
 }
 
-// run sends one call: EVALSHA, and EVAL when the server does not know the
-// script (after a restart or SCRIPT FLUSH), which loads it again.
-func run(ctx context.Context, client redis.UniversalClient, sc *scriptCall) *redis.Cmd {
-	cmd := sc.script.EvalSha(ctx, client, sc.keys, sc.args...)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = sc.script.Eval(ctx, client, sc.keys, sc.args...)
-	}
-	return cmd
-}
-
-// runBatch sends several calls in one pipeline, then the EVALs of those
-// that met NOSCRIPT in a second one. Every call gets its own reply or error.
-func runBatch(ctx context.Context, client redis.UniversalClient, batch []*scriptCall) {
-	if len(batch) == 1 {
-		batch[0].cmd = run(ctx, client, batch[0])
-		return
-	}
-	pipe := client.Pipeline()
-	for _, m := range batch {
-		m.cmd = m.script.EvalSha(ctx, pipe, m.keys, m.args...)
-	}
-	_, _ = pipe.Exec(ctx)
-	var again redis.Pipeliner
-	for _, m := range batch {
-		if redis.HasErrorPrefix(m.cmd.Err(), "NOSCRIPT") {
-			if again == nil {
-				again = client.Pipeline()
+// send runs calls in one round trip: one luaBatch invocation per group of
+// calls that may share one (see group), pipelined when there are several.
+// Scripts go out as EVALSHA; those that meet NOSCRIPT (after a restart or
+// SCRIPT FLUSH) are sent again as EVAL, which loads the script, in a second
+// round trip. Every call gets its own reply or error.
+func (c *coalescer) send(ctx context.Context, calls []*scriptCall) {
+	groups := group(calls)
+	cmds := make([]*redis.Cmd, len(groups))
+	if len(groups) == 1 {
+		keys, args := invocation(groups[0])
+		cmds[0] = c.script.EvalSha(ctx, c.client, keys, args...)
+		if redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT") {
+			cmds[0] = c.script.Eval(ctx, c.client, keys, args...)
+		}
+	} else {
+		pipe := c.client.Pipeline()
+		for i, g := range groups {
+			keys, args := invocation(g)
+			cmds[i] = c.script.EvalSha(ctx, pipe, keys, args...)
+		}
+		_, _ = pipe.Exec(ctx)
+		var again redis.Pipeliner
+		for i, g := range groups {
+			if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+				if again == nil {
+					again = c.client.Pipeline()
+				}
+				keys, args := invocation(g)
+				cmds[i] = c.script.Eval(ctx, again, keys, args...)
 			}
-			m.cmd = m.script.Eval(ctx, again, m.keys, m.args...)
+		}
+		if again != nil {
+			_, _ = again.Exec(ctx)
 		}
 	}
-	if again != nil {
-		_, _ = again.Exec(ctx)
+	for i, g := range groups {
+		distribute(g, cmds[i])
 	}
 }
+
+// group splits calls into the sets that one invocation may carry: same
+// cluster slot and same clock spec, in their queue order. On a single node
+// in production that is always one set.
+func group(calls []*scriptCall) [][]*scriptCall {
+	first := calls[0]
+	same := true
+	for _, m := range calls[1:] {
+		if m.slot != first.slot || m.clock != first.clock {
+			same = false
+			break
+		}
+	}
+	if same {
+		return [][]*scriptCall{calls}
+	}
+	var groups [][]*scriptCall
+next:
+	for _, m := range calls {
+		for i, g := range groups {
+			if g[0].slot == m.slot && g[0].clock == m.clock {
+				groups[i] = append(g, m)
+				continue next
+			}
+		}
+		groups = append(groups, []*scriptCall{m})
+	}
+	return groups
+}
+
+// invocation returns the keys and arguments of one luaBatch invocation
+// carrying calls (one group), built in the first call's buffers.
+func invocation(calls []*scriptCall) (keys []string, args []any) {
+	lead := calls[0]
+	if len(calls) == 1 {
+		keys, lead.argArr[1] = lead.keys, lead.num
+	} else {
+		lead.mkeys, lead.mnum = lead.mkeys[:0], lead.mnum[:0]
+		for _, m := range calls {
+			lead.mkeys = append(lead.mkeys, m.keys...)
+			lead.mnum = append(lead.mnum, m.num...)
+		}
+		keys, lead.argArr[1] = lead.mkeys, lead.mnum
+	}
+	lead.argArr[0] = lead.clock
+	return keys, lead.argArr[:]
+}
+
+// distribute hands each call of one invocation its reply: the invocation's
+// error to all, or its own element of the reply (a string is the message of
+// an operation that failed on its own).
+func distribute(calls []*scriptCall, cmd *redis.Cmd) {
+	err := cmd.Err()
+	var vals []any
+	if err == nil {
+		var ok bool
+		if vals, ok = cmd.Val().([]any); !ok || len(vals) != len(calls) {
+			err = fmt.Errorf("malformed batch reply for %d operations: %T", len(calls), cmd.Val())
+		}
+	}
+	for i, m := range calls {
+		if err != nil {
+			m.err = err
+			continue
+		}
+		if msg, ok := vals[i].(string); ok {
+			m.err = scriptError(msg)
+			continue
+		}
+		m.reply = vals[i]
+	}
+}
+
+// scriptError is the message of one operation of a batch that failed inside
+// the script (the operations before and after it are unaffected).
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }

@@ -63,8 +63,13 @@ const (
 	DefaultMaxInFlight  = 2
 )
 
-// maxBatch bounds the script calls sent in one pipeline.
+// maxBatch bounds the store calls sent in one round trip (and so merged
+// into one script invocation).
 const maxBatch = 128
+
+// maxDebits bounds the debits of one call (a luaBatch header holds the count
+// in 16 bits).
+const maxDebits = 1<<16 - 1
 
 // probeInterval is how long calls skip Redis after it failed; then one call
 // tries it again. It bounds both the calls that wait on a dead server and
@@ -127,9 +132,7 @@ type Store struct {
 	log     *slog.Logger
 	m       *metrics
 
-	reserve *redis.Script
-	adjust  *redis.Script
-	co      *coalescer
+	co *coalescer
 
 	// skipUntil is the wall-clock UnixNano until which calls skip Redis after
 	// a failure (0: Redis is believed up).
@@ -172,9 +175,7 @@ func New(opts Options) (*Store, error) {
 		local:   memstore.New(memstore.Options{Now: opts.Now}),
 		log:     opts.Logger,
 		m:       newMetrics(opts.Metrics),
-		reserve: redis.NewScript(luaReserve),
-		adjust:  redis.NewScript(luaAdjust),
-		co:      newCoalescer(client, opts.MaxInFlight, maxBatch),
+		co:      newCoalescer(client, redis.NewScript(luaBatch), opts.MaxInFlight, maxBatch),
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
@@ -309,7 +310,7 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, r
 			return fmt.Errorf("redisstore: %w", err)
 		}
 	}
-	sc := getCall(s.reserve)
+	sc := getCall()
 	defer putCall(sc)
 	if err := s.keys(sc, debits); err != nil {
 		return err
@@ -317,37 +318,57 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, r
 	if s.skipping() {
 		return s.fallback(ctx, op, debits, res, nil)
 	}
-	mode := "r"
+	kind := kindReserve
 	if op == opPeek {
-		mode = "p"
+		kind = kindPeek
 	}
-	sc.num = packReserve(sc.num[:0], debits)
-	sc.argArr = [3]any{mode, s.clock(), sc.num}
-	sc.args = sc.argArr[:]
+	sc.num = packReserve(sc.num[:0], kind, debits)
+	sc.clock = s.clock()
 	start := time.Now()
 	s.co.do(ctx, sc)
-	reply, err := sc.cmd.Int64Slice()
+	err := sc.err
 	s.m.observe(op, start)
 	if err != nil {
 		return s.failed(ctx, op, err, func() error { return s.fallback(ctx, op, debits, res, err) })
 	}
 	s.up()
-	if len(reply) != 4+3*len(debits) {
+	reply, ok := sc.reply.([]any)
+	if !ok || len(reply) != 4+3*len(debits) || !fillResult(res, reply) {
 		s.m.error(op, "reply")
-		return fmt.Errorf("redisstore: %s: malformed script reply of %d values", op, len(reply))
-	}
-	res.Allowed = reply[0] == 1
-	res.Denied = int(reply[1])
-	res.RetryAfter = store.FromMicros(reply[2])
-	res.Never = reply[3] == 1
-	for i := range debits {
-		o := 4 + 3*i
-		res.Remaining[i] = reply[o]
-		res.ResetAfter[i] = store.FromMicros(reply[o+1])
-		res.Ticket.Window[i] = reply[o+2]
+		return fmt.Errorf("redisstore: %s: malformed script reply %T of %d values", op, sc.reply, len(reply))
 	}
 	res.Ticket.Origin = OriginRedis
 	return nil
+}
+
+// fillResult copies a reserve/peek reply (see luaBatch) into res, sized for
+// its debits; false when a value is not an integer.
+func fillResult(res *store.Result, reply []any) bool {
+	var v [4]int64
+	for i := range v {
+		n, ok := reply[i].(int64)
+		if !ok {
+			return false
+		}
+		v[i] = n
+	}
+	res.Allowed = v[0] == 1
+	res.Denied = int(v[1])
+	res.RetryAfter = store.FromMicros(v[2])
+	res.Never = v[3] == 1
+	for i := range res.Remaining {
+		o := 4 + 3*i
+		rem, ok1 := reply[o].(int64)
+		reset, ok2 := reply[o+1].(int64)
+		win, ok3 := reply[o+2].(int64)
+		if !ok1 || !ok2 || !ok3 {
+			return false
+		}
+		res.Remaining[i] = rem
+		res.ResetAfter[i] = store.FromMicros(reset)
+		res.Ticket.Window[i] = win
+	}
+	return true
 }
 
 // Adjust implements store.Store. A ticket from the fallback store settles
@@ -368,7 +389,7 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 	if allZero(deltas) {
 		return nil
 	}
-	sc := getCall(s.adjust)
+	sc := getCall()
 	defer putCall(sc)
 	if err := s.keys(sc, debits); err != nil {
 		return err
@@ -378,11 +399,10 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 		return s.dropErr(nil)
 	}
 	sc.num = packAdjust(sc.num[:0], debits, t.Window, deltas)
-	sc.argArr = [3]any{s.clock(), sc.num}
-	sc.args = sc.argArr[:2]
+	sc.clock = s.clock()
 	start := time.Now()
 	s.co.do(ctx, sc)
-	err := sc.cmd.Err()
+	err := sc.err
 	s.m.observe(opAdjust, start)
 	if err != nil {
 		return s.failed(ctx, opAdjust, err, func() error {
@@ -415,6 +435,10 @@ func (s *Store) Close() error {
 // call that breaks this is a wiring bug and fails loudly rather than with
 // CROSSSLOT at random.
 func (s *Store) keys(sc *scriptCall, debits []store.Debit) error {
+	if len(debits) > maxDebits {
+		return fmt.Errorf("redisstore: %d debits in one call, at most %d", len(debits), maxDebits)
+	}
+	sc.slot = 0
 	keys := sc.keyBuf[:0]
 	for i := range debits {
 		keys = append(keys, s.prefix+debits[i].Key)
@@ -428,15 +452,18 @@ func (s *Store) keys(sc *scriptCall, debits []store.Debit) error {
 				return fmt.Errorf("redisstore: keys %q and %q hash to different cluster slots: give them one {hash tag}", keys[0], k)
 			}
 		}
+		sc.slot = slot
 	}
 	return nil
 }
 
-// packReserve appends luaReserve's numeric argument: per debit the
-// little-endian doubles alg, max, period_us, amount. Doubles are what the
-// script computes with (Lua numbers); integers up to 2^53 are exact, and
-// larger ones round as Lua's tonumber would round their decimal text.
-func packReserve(b []byte, debits []store.Debit) []byte {
+// packReserve appends one reserve or peek operation of luaBatch: its
+// header, then per debit the little-endian doubles alg, max, period_us,
+// amount. Doubles are what the script computes with (Lua numbers); integers
+// up to 2^53 are exact, and larger ones round as Lua's tonumber would round
+// their decimal text.
+func packReserve(b []byte, kind byte, debits []store.Debit) []byte {
+	b = appendHeader(b, kind, len(debits))
 	for i := range debits {
 		d := &debits[i]
 		b = appendF64(b, float64(d.Limit.Algorithm))
@@ -447,9 +474,10 @@ func packReserve(b []byte, debits []store.Debit) []byte {
 	return b
 }
 
-// packAdjust appends luaAdjust's numeric argument: per debit alg, max,
-// period_us, window_s, delta, as in packReserve.
+// packAdjust appends one adjust operation of luaBatch: its header, then per
+// debit alg, max, period_us, window_s, delta, as in packReserve.
 func packAdjust(b []byte, debits []store.Debit, windows, deltas []int64) []byte {
+	b = appendHeader(b, kindAdjust, len(debits))
 	for i := range debits {
 		d := &debits[i]
 		b = appendF64(b, float64(d.Limit.Algorithm))
@@ -459,6 +487,11 @@ func packAdjust(b []byte, debits []store.Debit, windows, deltas []int64) []byte 
 		b = appendF64(b, float64(deltas[i]))
 	}
 	return b
+}
+
+// appendHeader appends an operation header of luaBatch: struct '<BH'.
+func appendHeader(b []byte, kind byte, n int) []byte {
+	return binary.LittleEndian.AppendUint16(append(b, kind), uint16(n))
 }
 
 func appendF64(b []byte, f float64) []byte {

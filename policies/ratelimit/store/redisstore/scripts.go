@@ -19,8 +19,8 @@ package redisstore
 // still read (decode), so counters survive an upgrade; any write replaces
 // them with the binary form.
 //
-// All keys of a call are read with one MGET; the only other commands are
-// one TIME and one SET or DEL per key written.
+// All keys of a batch (see luaBatch) are read with one MGET; the only other
+// commands are at most one TIME and one SET or DEL per key written.
 //
 // Reply integers are produced by truncation (Redis converts a Lua number to
 // an integer reply that way), so every value returned is floored or ceiled
@@ -104,22 +104,26 @@ local function advance(alg, max, per, a, b, now, ws)
   return a, b
 end
 
--- store writes a state with its TTL. A full bucket is the same as absent
--- and is deleted instead (TTL of a bucket: time to full plus 1 s; of a
--- window: until 1 s past the end we of the window a starts).
+-- store writes a state with its TTL and returns the value written (false
+-- when deleted). A full bucket is the same as absent and is deleted instead
+-- (TTL of a bucket: time to full plus 1 s; of a window: until 1 s past the
+-- end we of the window a starts).
 local function store(key, alg, max, per, a, b, now, we)
   if alg == 1 then
     if a >= max then
       redis.call('DEL', key)
-      return
+      return false
     end
     local ttl_ms = ceil((max - a) * per / max / 1000) + 1000
-    redis.call('SET', key, pack('<Bdd', 1, a, b), 'PX', ttl_ms)
-    return
+    local v = pack('<Bdd', 1, a, b)
+    redis.call('SET', key, v, 'PX', ttl_ms)
+    return v
   end
   local ttl_ms = (we + 1) * 1000 - floor(now / 1000)
   if ttl_ms < 1 then ttl_ms = 1 end
-  redis.call('SET', key, pack('<Bdd', alg, a, b), 'PX', ttl_ms)
+  local v = pack('<Bdd', alg, a, b)
+  redis.call('SET', key, v, 'PX', ttl_ms)
+  return v
 end
 
 -- now_us reads the clock: redis TIME when spec is empty (production).
@@ -138,154 +142,188 @@ local function now_us(spec)
 end
 `
 
-// luaReserve charges (ARGV[1] == "r") or inspects (ARGV[1] == "p") every
-// key, all or nothing. ARGV[2] is the clock spec (see now_us). ARGV[3]
-// holds per key i the little-endian doubles alg, max, period_us, amount
-// (32 bytes per key, see packReserve): one string instead of four numbers
-// per key, which Redis would turn into Lua strings and the script parse. A
-// key listed twice is charged twice, the later debit seeing the earlier
-// one's charge (as in memstore). Reply: {allowed, denied (0-based, -1 when
-// allowed), retry_us, never, then per key remaining, reset_us, window_s}.
+// luaBatch runs several independent operations (one per store call) in one
+// invocation, in order, each as if it were a script call of its own: a later
+// operation sees the earlier ones' writes, and an operation that fails (a
+// Lua or command error, trapped by pcall) fails alone. All keys of the batch
+// are read with one MGET; the clock is read once, when first needed, so the
+// operations of a batch share one instant (they were concurrent calls).
 //
-// Per debit the state lives in one flat table st at 9(i-1): alg, max, per,
-// window end (s), base a, base b, after-charge a, after-charge b, and
-// whether this is the key's last occurrence (the one written).
-const luaReserve = luaCommon + `
-local charge = ARGV[1] == 'r'
-local now, now_s = now_us(ARGV[2])
-local n = #KEYS
+// KEYS are the operations' keys, concatenated. ARGV[1] is the clock spec
+// (see now_us). ARGV[2] holds per operation a header, struct '<BH': kind
+// (1 reserve, 2 peek, 3 adjust) and its number of keys n, then its packed
+// numbers: for reserve and peek per key the little-endian doubles alg, max,
+// period_us, amount (32 bytes, see packReserve); for adjust per key alg,
+// max, period_us, window_s, delta (40 bytes, see packAdjust). One string
+// instead of numbers per key, which Redis would turn into Lua strings and
+// the script parse.
+//
+// Reply: per operation, in order, its reply or, if it failed, the error
+// message as a string.
+//
+// Reserve and peek: check every key, then charge all (reserve, when all are
+// affordable) or none. A key listed twice is charged twice, the later debit
+// seeing the earlier one's charge (as in memstore). Reply: {allowed, denied
+// (0-based, -1 when allowed), retry_us, never, then per key remaining,
+// reset_us, window_s}. Per debit the state lives in one flat table st at
+// 9(i-1): alg, max, per, window end (s), base a, base b, after-charge a,
+// after-charge b, and whether this is the key's last occurrence (the one
+// written).
+//
+// Adjust: apply signed deltas in order. A bucket is refilled, then level -=
+// delta, capped at max (absent counts as full). A window changes only while
+// its stored window is the ticket's: used = max(0, used + delta), TTL kept
+// (so the clock is read only if a bucket changes). A key listed twice sees
+// its earlier adjustment. Reply: the number of keys changed.
+const luaBatch = luaCommon + `
+local clock = ARGV[1]
+local now, now_s  -- read on first need
 local raw = redis.call('MGET', unpack(KEYS))
-local args = ARGV[3]
-local st = {}
-local mws, mwe  -- the current month, once computed
-local denied, retry, never = -1, 0, 0
-local pos = 1
-for i = 1, n do
-  local a, m, p, x
-  a, m, p, x, pos = unpack_state('<dddd', args, pos)
-  local ws, we = 0, 0
-  if a == 3 then
-    if not mws then mws, mwe = month_bounds(now_s) end
-    ws, we = mws, mwe
-  elseif a == 2 then
-    local per_s = p / 1000000
-    ws = floor(now_s / per_s) * per_s
-    we = ws + per_s
-  end
-  local key = KEYS[i]
-  local o = (i - 1) * 9
-  local ba, bb, ca, cb
-  local j = 0
-  for q = i - 1, 1, -1 do
-    if KEYS[q] == key then j = q break end
-  end
-  if j > 0 then
-    local oj = (j - 1) * 9
-    ba, bb, ca, cb = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8]
-    st[oj + 9] = false
-  else
-    local sa, sb = decode(raw[i], a)
-    ca, cb = advance(a, m, p, sa, sb, now, ws)
-    ba, bb = ca, cb
-  end
-  local xa, xb
-  if a == 1 then
-    if denied < 0 and ca < x then
-      denied = i - 1
-      if x > m then never = 1 else retry = ceil((x - ca) * p / m) end
-    end
-    xa, xb = ca - x, cb
-  else
-    if denied < 0 and cb + x > m then
-      denied = i - 1
-      if x > m then never = 1 else retry = we * 1000000 - now end
-    end
-    xa, xb = ca, cb + x
-  end
-  st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9] =
-    a, m, p, we, ba, bb, xa, xb, true
+-- cur: key -> its value as written by this batch so far (false: deleted).
+local cur = {}
+
+local function read(base, i, key)
+  local v = cur[key]
+  if v == nil then v = raw[base + i] end
+  return v
 end
-local write = denied < 0 and charge
-local out = {0, denied, retry, never}
-if denied < 0 then out[1] = 1 end
-for i = 1, n do
-  local o = (i - 1) * 9
-  local ai, mi, pi, we = st[o + 1], st[o + 2], st[o + 3], st[o + 4]
-  local a, b
-  if write then
-    a, b = st[o + 7], st[o + 8]
-    if st[o + 9] then
-      -- A window state a is normally the current window (ending at we);
-      -- only a key repeated under another algorithm can hold anything else.
-      if ai ~= 1 then
-        local ws
-        if ai == 3 then ws = mws else ws = we - pi / 1000000 end
-        if a ~= ws then _, we = window(ai, pi, a) end
-      end
-      store(KEYS[i], ai, mi, pi, a, b, now, we)
-      we = st[o + 4]
+
+local function reserve(base, n, charge, args, pos)
+  if not now then now, now_s = now_us(clock) end
+  local st = {}
+  local mws, mwe  -- the current month, once computed
+  local denied, retry, never = -1, 0, 0
+  for i = 1, n do
+    local a, m, p, x
+    a, m, p, x, pos = unpack_state('<dddd', args, pos)
+    local ws, we = 0, 0
+    if a == 3 then
+      if not mws then mws, mwe = month_bounds(now_s) end
+      ws, we = mws, mwe
+    elseif a == 2 then
+      local per_s = p / 1000000
+      ws = floor(now_s / per_s) * per_s
+      we = ws + per_s
     end
-  else
-    a, b = st[o + 5], st[o + 6]
+    local key = KEYS[base + i]
+    local o = (i - 1) * 9
+    local ba, bb, ca, cb
+    local j = 0
+    for q = i - 1, 1, -1 do
+      if KEYS[base + q] == key then j = q break end
+    end
+    if j > 0 then
+      local oj = (j - 1) * 9
+      ba, bb, ca, cb = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8]
+      st[oj + 9] = false
+    else
+      local sa, sb = decode(read(base, i, key), a)
+      ca, cb = advance(a, m, p, sa, sb, now, ws)
+      ba, bb = ca, cb
+    end
+    local xa, xb
+    if a == 1 then
+      if denied < 0 and ca < x then
+        denied = i - 1
+        if x > m then never = 1 else retry = ceil((x - ca) * p / m) end
+      end
+      xa, xb = ca - x, cb
+    else
+      if denied < 0 and cb + x > m then
+        denied = i - 1
+        if x > m then never = 1 else retry = we * 1000000 - now end
+      end
+      xa, xb = ca, cb + x
+    end
+    st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9] =
+      a, m, p, we, ba, bb, xa, xb, true
   end
-  local r = 4 + (i - 1) * 3
-  if ai == 1 then
-    local full = 0
-    if a < mi then full = ceil((mi - a) * pi / mi) end
-    out[r + 1], out[r + 2], out[r + 3] = floor(a), full, 0
-  else
-    out[r + 1], out[r + 2], out[r + 3] = mi - b, we * 1000000 - now, a
+  local write = denied < 0 and charge
+  local out = {0, denied, retry, never}
+  if denied < 0 then out[1] = 1 end
+  for i = 1, n do
+    local o = (i - 1) * 9
+    local ai, mi, pi, we = st[o + 1], st[o + 2], st[o + 3], st[o + 4]
+    local a, b
+    if write then
+      a, b = st[o + 7], st[o + 8]
+      if st[o + 9] then
+        -- A window state a is normally the current window (ending at we);
+        -- only a key repeated under another algorithm can hold anything else.
+        if ai ~= 1 then
+          local ws
+          if ai == 3 then ws = mws else ws = we - pi / 1000000 end
+          if a ~= ws then _, we = window(ai, pi, a) end
+        end
+        local key = KEYS[base + i]
+        cur[key] = store(key, ai, mi, pi, a, b, now, we)
+        we = st[o + 4]
+      end
+    else
+      a, b = st[o + 5], st[o + 6]
+    end
+    local r = 4 + (i - 1) * 3
+    if ai == 1 then
+      local full = 0
+      if a < mi then full = ceil((mi - a) * pi / mi) end
+      out[r + 1], out[r + 2], out[r + 3] = floor(a), full, 0
+    else
+      out[r + 1], out[r + 2], out[r + 3] = mi - b, we * 1000000 - now, a
+    end
   end
+  return out
+end
+
+local function adjust(base, n, args, pos)
+  local changed = 0
+  for i = 1, n do
+    local a, m, p, w, d
+    a, m, p, w, d, pos = unpack_state('<ddddd', args, pos)
+    if d ~= 0 then
+      local key = KEYS[base + i]
+      local sa, sb = decode(read(base, i, key), a)
+      if a == 1 then
+        if not now then now, now_s = now_us(clock) end
+        local l, ts = advance(1, m, p, sa, sb, now, 0)
+        l = l - d
+        if l > m then l = m end
+        cur[key] = store(key, 1, m, p, l, ts, now, 0)
+        changed = changed + 1
+      elseif sa == w then
+        sb = sb + d
+        if sb < 0 then sb = 0 end
+        local nv = pack('<Bdd', a, sa, sb)
+        redis.call('SET', key, nv, 'KEEPTTL')
+        cur[key] = nv
+        changed = changed + 1
+      end
+    end
+  end
+  return changed
+end
+
+local args = ARGV[2]
+local out = {}
+local pos, base, k = 1, 0, 0
+local last = #args
+while pos <= last do
+  local kind, n
+  kind, n, pos = unpack_state('<BH', args, pos)
+  local ok, r
+  if kind == 3 then
+    ok, r = pcall(adjust, base, n, args, pos)
+    pos = pos + n * 40
+  else
+    ok, r = pcall(reserve, base, n, kind == 1, args, pos)
+    pos = pos + n * 32
+  end
+  if not ok then
+    if type(r) == 'table' then r = r.err end
+    r = tostring(r)
+  end
+  k = k + 1
+  out[k] = r
+  base = base + n
 end
 return out
-`
-
-// luaAdjust applies signed deltas in order. ARGV[1] is the clock spec.
-// ARGV[2] holds per key i the little-endian doubles alg, max, period_us,
-// window_s (from the ticket), delta (40 bytes per key, see packAdjust). A
-// bucket is refilled, then level -= delta, capped at max (absent counts as
-// full). A window changes only while its stored window is the ticket's:
-// used = max(0, used + delta), TTL kept (so the clock is read only if a
-// bucket changes). A key listed twice sees its earlier adjustment, as if
-// read again. Reply: the number of keys changed.
-const luaAdjust = luaCommon + `
-local now = nil  -- read only when a bucket changes: windows need no clock
-local raw = redis.call('MGET', unpack(KEYS))
-local args = ARGV[2]
-local cur = nil  -- key -> its value as written so far (false: absent)
-local changed = 0
-local pos = 1
-for i = 1, #KEYS do
-  local a, m, p, w, d
-  a, m, p, w, d, pos = unpack_state('<ddddd', args, pos)
-  if d ~= 0 then
-    local key = KEYS[i]
-    local v = raw[i]
-    if cur and cur[key] ~= nil then v = cur[key] end
-    local sa, sb = decode(v, a)
-    local nv = nil
-    if a == 1 then
-      now = now or now_us(ARGV[1])
-      local l, ts = advance(1, m, p, sa, sb, now, 0)
-      l = l - d
-      if l > m then l = m end
-      store(key, 1, m, p, l, ts, now, 0)
-      if i < #KEYS then
-        if l >= m then nv = false else nv = pack('<Bdd', 1, l, ts) end
-      end
-      changed = changed + 1
-    elseif sa == w then
-      sb = sb + d
-      if sb < 0 then sb = 0 end
-      nv = pack('<Bdd', a, sa, sb)
-      redis.call('SET', key, nv, 'KEEPTTL')
-      changed = changed + 1
-    end
-    if nv ~= nil and i < #KEYS then
-      cur = cur or {}
-      cur[key] = nv
-    end
-  end
-end
-return changed
 `

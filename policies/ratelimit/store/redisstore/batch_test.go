@@ -1,0 +1,172 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/internal/redistest"
+	"sluice/policies/ratelimit/store"
+	"sluice/policies/ratelimit/store/memstore"
+)
+
+// batchOp is one operation of a hand-built batch.
+type batchOp struct {
+	kind   byte
+	debits []store.Debit
+	ticket store.Ticket // adjust: the reservation's ticket
+	deltas []int64
+}
+
+// newOpCall builds the scriptCall the store would build for op.
+func newOpCall(t *testing.T, s *Store, op *batchOp) *scriptCall {
+	t.Helper()
+	sc := getCall()
+	if err := s.keys(sc, op.debits); err != nil {
+		t.Fatal(err)
+	}
+	if op.kind == kindAdjust {
+		sc.num = packAdjust(sc.num[:0], op.debits, op.ticket.Window, op.deltas)
+	} else {
+		sc.num = packReserve(sc.num[:0], op.kind, op.debits)
+	}
+	sc.clock = s.clock()
+	return sc
+}
+
+// Random batches of reserves, peeks and adjusts over overlapping keys, each
+// batch merged into one script invocation, must give the results memstore
+// gives for the same operations applied one by one in batch order: merging
+// changes nothing but the number of invocations.
+func TestBatchMatchesGoArithmetic(t *testing.T) {
+	url := redistest.URL(t)
+	ctx := context.Background()
+	for seed := range uint64(6) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			now := time.Date(2025, time.February, 27, 22, 0, 0, 0, time.UTC)
+			rs := newTestStore(t, Options{URL: url})
+			rs.clockSpec = func() string { return fixedClock(now) }
+			ls := memstore.New(memstore.Options{Now: func() time.Time { return now }, SweepEvery: -1})
+			limits := []store.Limit{
+				bucket(7, 3*time.Second), bucket(1000, time.Minute), bucket(3, 7*time.Millisecond+3*time.Microsecond),
+				window(10, time.Second), window(100, 7*time.Second), month(50),
+			}
+			type granted struct {
+				debits []store.Debit
+				ticket store.Ticket
+			}
+			var pool []granted
+			var rr, lr store.Result
+			for step := range 80 {
+				ops := make([]batchOp, 1+rng.IntN(8))
+				for i := range ops {
+					op := &ops[i]
+					if k := rng.IntN(6); k == 5 && len(pool) > 0 {
+						g := pool[rng.IntN(len(pool))]
+						op.kind, op.debits, op.ticket = kindAdjust, g.debits, g.ticket
+						op.deltas = make([]int64, len(g.debits))
+						for j := range op.deltas {
+							op.deltas[j] = rng.Int64N(21) - 10
+						}
+						continue
+					} else if k == 4 {
+						op.kind = kindPeek
+					} else {
+						op.kind = kindReserve
+					}
+					op.debits = make([]store.Debit, 1+rng.IntN(3))
+					for j := range op.debits {
+						k := rng.IntN(len(limits))
+						op.debits[j] = store.Debit{Key: fmt.Sprintf("{s}k%d", k), Limit: limits[k], Amount: rng.Int64N(limits[k].Max + 2)}
+					}
+				}
+				calls := make([]*scriptCall, len(ops))
+				for i := range ops {
+					calls[i] = newOpCall(t, rs, &ops[i])
+				}
+				rs.co.send(ctx, calls)
+				if g := group(calls); len(g) != 1 {
+					t.Fatalf("step %d: %d groups, want the batch merged into one", step, len(g))
+				}
+				for i := range ops {
+					op, sc := &ops[i], calls[i]
+					if sc.err != nil {
+						t.Fatalf("step %d op %d: %v", step, i, sc.err)
+					}
+					what := fmt.Sprintf("op %d/%d kind %d", i, len(ops), op.kind)
+					switch op.kind {
+					case kindAdjust:
+						lt := op.ticket
+						lt.Origin = OriginLocal
+						if err := ls.Adjust(ctx, op.debits, &lt, op.deltas); err != nil {
+							t.Fatal(err)
+						}
+						continue
+					case kindPeek:
+						if err := ls.Peek(ctx, op.debits, &lr); err != nil {
+							t.Fatal(err)
+						}
+					default:
+						if err := ls.Reserve(ctx, op.debits, &lr); err != nil {
+							t.Fatal(err)
+						}
+					}
+					rr.Reset(len(op.debits))
+					reply, ok := sc.reply.([]any)
+					if !ok || len(reply) != 4+3*len(op.debits) || !fillResult(&rr, reply) {
+						t.Fatalf("step %d %s: malformed reply %#v", step, what, sc.reply)
+					}
+					compare(t, step, what, &rr, &lr)
+					if op.kind == kindReserve && rr.Allowed {
+						tk := store.Ticket{Window: append([]int64(nil), rr.Ticket.Window...)}
+						pool = append(pool, granted{op.debits, tk})
+					}
+				}
+				for _, sc := range calls {
+					putCall(sc)
+				}
+				if rng.IntN(3) == 0 {
+					now = now.Add(time.Duration(rng.Int64N(int64(2 * time.Second))))
+					if rng.IntN(20) == 0 {
+						now = now.Add(time.Duration(rng.Int64N(int64(48 * time.Hour))))
+					}
+					pool = pool[:0] // tickets of ended windows would be no-ops
+				}
+			}
+		})
+	}
+}
+
+// An operation that fails inside the script fails alone: the operations
+// before and after it in the same invocation succeed and are applied.
+func TestBatchOperationFailsAlone(t *testing.T) {
+	url := redistest.URL(t)
+	ctx := context.Background()
+	s := newTestStore(t, Options{URL: url})
+	good := []store.Debit{{Key: "{f}a", Limit: window(100, time.Hour), Amount: 3}}
+	// A negative period makes the bucket's TTL negative: SET ... PX fails
+	// (validation in Reserve would reject it; the script is called directly).
+	bad := []store.Debit{{Key: "{f}b", Limit: store.Limit{Algorithm: store.TokenBucket, Max: 10, Period: -time.Hour}, Amount: 1}}
+	ops := []batchOp{{kind: kindReserve, debits: good}, {kind: kindReserve, debits: bad}, {kind: kindReserve, debits: good}}
+	calls := make([]*scriptCall, len(ops))
+	for i := range ops {
+		calls[i] = newOpCall(t, s, &ops[i])
+	}
+	s.co.send(ctx, calls)
+	if calls[1].err == nil || !strings.Contains(calls[1].err.Error(), "expire") {
+		t.Fatalf("bad op: err %v, reply %v; want the SET error", calls[1].err, calls[1].reply)
+	}
+	for _, i := range []int{0, 2} {
+		if calls[i].err != nil {
+			t.Fatalf("op %d: %v", i, calls[i].err)
+		}
+	}
+	var res store.Result
+	if err := s.Peek(ctx, good, &res); err != nil || res.Remaining[0] != 94 {
+		t.Fatalf("after: remaining %v (%v), want 94 (both good ops applied)", res.Remaining, err)
+	}
+}
