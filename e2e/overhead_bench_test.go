@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"sync"
 	"testing"
 
 	"sluice/gateway"
@@ -48,6 +49,20 @@ func (c *cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		Request:       r,
 	}, nil
 }
+
+// copyBufferPool is an httputil.BufferPool over sync.Pool, so the baseline
+// does not allocate a 32 KiB copy buffer per request (bench/bareproxy pools
+// them too).
+type copyBufferPool struct{ p sync.Pool }
+
+func (b *copyBufferPool) Get() []byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *copyBufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // recordMockChat captures the mock upstream's answer to benchChatBody.
 func recordMockChat(tb testing.TB) *cannedTransport {
@@ -93,8 +108,8 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 				pr.Out.URL.Path = pr.In.URL.Path[len("/openai"):]
 				pr.SetURL(target)
 			},
-			Transport:     canned,
-			FlushInterval: 0,
+			Transport:  canned,
+			BufferPool: &copyBufferPool{},
 		}
 		send(b, rp, "/openai/v1/chat/completions")
 	})
