@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"sluice/internal/redistest"
 	"sluice/policies/ratelimit/store"
 	"sluice/policies/ratelimit/store/memstore"
@@ -169,4 +171,54 @@ func TestBatchOperationFailsAlone(t *testing.T) {
 	if err := s.Peek(ctx, good, &res); err != nil || res.Remaining[0] != 94 {
 		t.Fatalf("after: remaining %v (%v), want 94 (both good ops applied)", res.Remaining, err)
 	}
+}
+
+// A window key written again in its window keeps the TTL of its first write
+// (until 1 s past the window's end); a bucket's TTL follows its level.
+func TestTTLs(t *testing.T) {
+	url := redistest.URL(t)
+	ctx := context.Background()
+	s := newTestStore(t, Options{URL: url})
+	c := redis.NewClient(mustParse(t, url))
+	defer c.Close()
+	ds := []store.Debit{
+		{Key: "{ttl}w", Limit: window(100, time.Hour), Amount: 1},
+		{Key: "{ttl}b", Limit: bucket(100, 100*time.Second), Amount: 50},
+	}
+	check := func(what string) {
+		t.Helper()
+		tw, err := c.PTTL(ctx, s.prefix+"{ttl}w").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := time.Now().Truncate(time.Hour).Add(time.Hour + time.Second)
+		// Generous bounds: redis TIME and this clock differ by scheduling.
+		if want := time.Until(end); tw < want-5*time.Second || tw > want+5*time.Second {
+			t.Fatalf("%s: window TTL %v, want about %v", what, tw, want)
+		}
+		tb, err := c.PTTL(ctx, s.prefix+"{ttl}b").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 50 missing of 100 at 1/s: full in 50 s, TTL 51 s.
+		if tb < 45*time.Second || tb > 52*time.Second {
+			t.Fatalf("%s: bucket TTL %v, want about 51s", what, tb)
+		}
+	}
+	var res store.Result
+	for i := range 3 {
+		if err := s.Reserve(ctx, ds, &res); err != nil || !res.Allowed {
+			t.Fatalf("Reserve: %v %v", err, res.Allowed)
+		}
+		if i == 0 {
+			ds[1].Amount = 0 // keep the bucket at 50 missing
+			check("first write")
+			continue
+		}
+		check(fmt.Sprintf("write %d", i+1))
+	}
+	if err := s.Adjust(ctx, ds, &res.Ticket, []int64{5, 0}); err != nil {
+		t.Fatal(err)
+	}
+	check("after adjust")
 }

@@ -166,9 +166,11 @@ end
 // seeing the earlier one's charge (as in memstore). Reply: {allowed, denied
 // (0-based, -1 when allowed), retry_us, never, then per key remaining,
 // reset_us, window_s}. Per debit the state lives in one flat table st at
-// 9(i-1): alg, max, per, window end (s), base a, base b, after-charge a,
-// after-charge b, and whether this is the key's last occurrence (the one
-// written).
+// 10(i-1): alg, max, per, window end (s), base a, base b, after-charge a,
+// after-charge b, whether this is the key's last occurrence (the one
+// written), and whether the key already holds a state of the current window
+// (then its TTL, until 1 s past the window's end, is already right: the
+// write is SET KEEPTTL, with no TTL to compute).
 //
 // Adjust: apply signed deltas in order. A bucket is refilled, then level -=
 // delta, capped at max (absent counts as full). A window changes only while
@@ -178,6 +180,7 @@ end
 const luaBatch = luaCommon + `
 local clock = ARGV[1]
 local now, now_s  -- read on first need
+local mws, mwe    -- the current month, once computed
 local raw = redis.call('MGET', unpack(KEYS))
 -- cur: key -> its value as written by this batch so far (false: deleted).
 local cur = {}
@@ -191,7 +194,6 @@ end
 local function reserve(base, n, charge, args, pos)
   if not now then now, now_s = now_us(clock) end
   local st = {}
-  local mws, mwe  -- the current month, once computed
   local denied, retry, never = -1, 0, 0
   for i = 1, n do
     local a, m, p, x
@@ -206,20 +208,22 @@ local function reserve(base, n, charge, args, pos)
       we = ws + per_s
     end
     local key = KEYS[base + i]
-    local o = (i - 1) * 9
+    local o = (i - 1) * 10
     local ba, bb, ca, cb
     local j = 0
+    local same = false
     for q = i - 1, 1, -1 do
       if KEYS[base + q] == key then j = q break end
     end
     if j > 0 then
-      local oj = (j - 1) * 9
+      local oj = (j - 1) * 10
       ba, bb, ca, cb = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8]
       st[oj + 9] = false
     else
       local sa, sb = decode(read(base, i, key), a)
       ca, cb = advance(a, m, p, sa, sb, now, ws)
       ba, bb = ca, cb
+      same = a ~= 1 and sa == ws
     end
     local xa, xb
     if a == 1 then
@@ -235,29 +239,36 @@ local function reserve(base, n, charge, args, pos)
       end
       xa, xb = ca, cb + x
     end
-    st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9] =
-      a, m, p, we, ba, bb, xa, xb, true
+    st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9], st[o + 10] =
+      a, m, p, we, ba, bb, xa, xb, true, same
   end
   local write = denied < 0 and charge
   local out = {0, denied, retry, never}
   if denied < 0 then out[1] = 1 end
   for i = 1, n do
-    local o = (i - 1) * 9
+    local o = (i - 1) * 10
     local ai, mi, pi, we = st[o + 1], st[o + 2], st[o + 3], st[o + 4]
     local a, b
     if write then
       a, b = st[o + 7], st[o + 8]
       if st[o + 9] then
-        -- A window state a is normally the current window (ending at we);
-        -- only a key repeated under another algorithm can hold anything else.
-        if ai ~= 1 then
-          local ws
-          if ai == 3 then ws = mws else ws = we - pi / 1000000 end
-          if a ~= ws then _, we = window(ai, pi, a) end
-        end
         local key = KEYS[base + i]
-        cur[key] = store(key, ai, mi, pi, a, b, now, we)
-        we = st[o + 4]
+        if st[o + 10] then
+          local v = pack('<Bdd', ai, a, b)
+          redis.call('SET', key, v, 'KEEPTTL')
+          cur[key] = v
+        else
+          -- A window state a is normally the current window (ending at
+          -- we); only a key repeated under another algorithm can hold
+          -- anything else.
+          if ai ~= 1 then
+            local ws
+            if ai == 3 then ws = mws else ws = we - pi / 1000000 end
+            if a ~= ws then _, we = window(ai, pi, a) end
+          end
+          cur[key] = store(key, ai, mi, pi, a, b, now, we)
+          we = st[o + 4]
+        end
       end
     else
       a, b = st[o + 5], st[o + 6]
