@@ -13,21 +13,30 @@ const noRank = math.MaxUint32
 // (about 200k tokens) and cl100k_base (about 100k) stay below it.
 const maxTokenID = 1 << 18
 
-// rankTable maps each token's bytes to its rank (its id; lower ranks merge first).
-type rankTable map[string]uint32
+// rankTable maps each token's bytes to its rank (its id; lower ranks merge
+// first). It is an open-addressing hash table with linear probing over one string
+// holding every token's bytes: lookups of short pieces (the common case) cost a
+// few multiplications and one comparison, about half a Go map lookup (string
+// hashing dominated the profile). Read-only once built.
+type rankTable struct {
+	tokens string     // every token's bytes, concatenated
+	slots  []rankSlot // power-of-two length, at most half full
+	shift  uint       // 64 - log2(len(slots)): a hash's top bits pick the slot
+}
+
+type rankSlot struct {
+	off, len uint32 // the token is tokens[off:off+len]; len 0 marks an empty slot
+	rank     uint32
+}
 
 // loadRanks reads the rank table out of a library codec through Decode (the
 // library exposes no other view of it): one id at a time, ids it does not know
-// skipped. The token bytes share one backing string.
-func loadRanks(codec tokenizer.Codec) rankTable {
-	type tok struct {
-		end  int
-		rank uint32
-	}
+// skipped.
+func loadRanks(codec tokenizer.Codec) *rankTable {
 	var (
-		blob []byte
-		toks []tok
-		ids  = make([]uint, 1)
+		blob  []byte
+		slots []rankSlot // filled with off and len; placed below
+		ids   = make([]uint, 1)
 	)
 	for id := range maxTokenID {
 		ids[0] = uint(id)
@@ -35,24 +44,63 @@ func loadRanks(codec tokenizer.Codec) rankTable {
 		if err != nil || s == "" {
 			continue
 		}
+		slots = append(slots, rankSlot{uint32(len(blob)), uint32(len(s)), uint32(id)})
 		blob = append(blob, s...)
-		toks = append(toks, tok{len(blob), uint32(id)})
 	}
-	all := string(blob)
-	ranks := make(rankTable, len(toks))
-	start := 0
-	for _, t := range toks {
-		ranks[all[start:t.end]] = t.rank
-		start = t.end
+	bits := uint(1)
+	for 1<<bits < 2*len(slots) {
+		bits++
 	}
-	return ranks
+	t := &rankTable{tokens: string(blob), slots: make([]rankSlot, 1<<bits), shift: 64 - bits}
+	for _, s := range slots {
+		tok := t.tokens[s.off : s.off+s.len]
+		i := t.home(tok)
+		for t.slots[i].len != 0 {
+			if t.tokens[t.slots[i].off:t.slots[i].off+t.slots[i].len] == tok {
+				break // a duplicate: keep the lower rank, read first
+			}
+			i = (i + 1) & (len(t.slots) - 1)
+		}
+		if t.slots[i].len == 0 {
+			t.slots[i] = s
+		}
+	}
+	return t
 }
 
-func (t rankTable) rank(s string) uint32 {
-	if r, ok := t[s]; ok {
-		return r
+// home returns the first slot probed for s.
+func (t *rankTable) home(s string) int {
+	const k = 0x9E3779B97F4A7C15
+	h := uint64(len(s)) * k
+	for len(s) >= 8 {
+		v := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		h = (h ^ v) * k
+		h ^= h >> 29
+		s = s[8:]
 	}
-	return noRank
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * k
+	}
+	h ^= h >> 32
+	return int((h * k) >> t.shift)
+}
+
+// rank returns the rank of s, noRank when s is not a token.
+func (t *rankTable) rank(s string) uint32 {
+	if len(s) == 0 {
+		return noRank
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(s); ; i = (i + 1) & mask {
+		e := &t.slots[i]
+		if e.len == 0 {
+			return noRank
+		}
+		if int(e.len) == len(s) && t.tokens[e.off:e.off+e.len] == s {
+			return e.rank
+		}
+	}
 }
 
 // smallPiece is the longest piece mergeSmall handles; longer pieces take the
@@ -63,7 +111,7 @@ const smallPiece = 64
 // not itself a token): starting from single bytes, it merges the adjacent pair of
 // parts whose concatenation has the lowest rank, the leftmost on ties, until no
 // adjacent pair is a token.
-func (t rankTable) mergeCount(piece string) int {
+func (t *rankTable) mergeCount(piece string) int {
 	if len(piece) <= smallPiece {
 		return t.mergeSmall(piece)
 	}
@@ -73,7 +121,7 @@ func (t rankTable) mergeCount(piece string) int {
 // mergeSmall keeps the parts in arrays: start[k] is where part k begins, and
 // pair[k] the rank of parts k and k+1 together. Each merge scans for the minimum
 // and shifts the arrays, O(n) per merge, cheap for short pieces.
-func (t rankTable) mergeSmall(piece string) int {
+func (t *rankTable) mergeSmall(piece string) int {
 	var (
 		start [smallPiece + 1]int
 		pair  [smallPiece]uint32
@@ -112,7 +160,7 @@ func (t rankTable) mergeSmall(piece string) int {
 // mergeLarge keeps the parts in a doubly linked list over byte offsets and the
 // candidate pairs in a min-heap ordered by (rank, offset); a candidate whose
 // pair changed since it was pushed is skipped when popped.
-func (t rankTable) mergeLarge(piece string) int {
+func (t *rankTable) mergeLarge(piece string) int {
 	n := len(piece)
 	next := make([]int32, n+1) // next[k]: start of the part after the one at k; n ends
 	prev := make([]int32, n+1)

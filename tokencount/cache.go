@@ -36,7 +36,7 @@ func (c *pieceCache) slot(piece string) *atomic.Pointer[cachedPiece] {
 
 // tokens returns the token count of piece, which is not a single token, merging
 // it over ranks on a miss.
-func (c *pieceCache) tokens(piece string, ranks rankTable) int {
+func (c *pieceCache) tokens(piece string, ranks *rankTable) int {
 	if len(piece) > maxCachedPiece {
 		return ranks.mergeCount(piece)
 	}

@@ -194,3 +194,31 @@ func TestPieceCacheBoundedAndConcurrent(t *testing.T) {
 		t.Error("a piece longer than maxCachedPiece was cached")
 	}
 }
+
+func TestRankTableMatchesLibraryIDs(t *testing.T) {
+	c := New()
+	libraryCount(t, o200k, "x") // loads the library codecs
+	rng := rand.New(rand.NewPCG(8, 9))
+	for id := range numEncodings {
+		ranks := c.encoding(id).ranks
+		codec := libraryCodecs.codecs[id]
+		for range 2000 {
+			tok := uint(rng.IntN(100000))
+			s, err := codec.Decode([]uint{tok})
+			if err != nil {
+				t.Fatalf("%s: decode %d: %v", encodingNames[id], tok, err)
+			}
+			if got := ranks.rank(s); got != uint32(tok) {
+				t.Fatalf("%s: rank(%q) = %d, want %d", encodingNames[id], s, got, tok)
+			}
+		}
+		for b := range 256 {
+			if ranks.rank(string([]byte{byte(b)})) == noRank {
+				t.Errorf("%s: byte %#x is not a token", encodingNames[id], b)
+			}
+		}
+		if ranks.rank("") != noRank || ranks.rank("\xff\xfe definitely not one token") != noRank {
+			t.Errorf("%s: a non-token has a rank", encodingNames[id])
+		}
+	}
+}

@@ -45,15 +45,6 @@ const (
 // token. Counting must skip it too.
 func unmatched(b byte) bool { return b == 0x7f }
 
-// asciiClasses holds the classes of the ASCII runes; read-only after init.
-var asciiClasses = func() (t [utf8.RuneSelf]uint8) {
-	for r := range rune(utf8.RuneSelf) {
-		t[r] = classOfRune(r)
-	}
-	t[0x7f] = clsNone
-	return t
-}()
-
 func classOfRune(r rune) uint8 {
 	var c uint8
 	switch {
@@ -80,12 +71,28 @@ func classOfRune(r rune) uint8 {
 	return c
 }
 
+// classTable memoizes the classes of the Basic Multilingual Plane (unicode table
+// look-ups cost several binary searches per rune). Read-only once built.
+type classTable [1 << 16]uint8
+
+func newClassTable() *classTable {
+	t := new(classTable)
+	for r := range rune(len(t)) {
+		t[r] = classOfRune(r)
+	}
+	t[0x7f] = clsNone
+	return t
+}
+
 // classAt returns the class and width of the rune at s[i].
-func classAt(s string, i int) (uint8, int) {
+func (t *classTable) classAt(s string, i int) (uint8, int) {
 	if b := s[i]; b < utf8.RuneSelf {
-		return asciiClasses[b], 1
+		return t[b], 1
 	}
 	r, n := utf8.DecodeRuneInString(s[i:])
+	if r < rune(len(t)) {
+		return t[r], n
+	}
 	return classOfRune(r), n
 }
 
@@ -93,49 +100,49 @@ func classAt(s string, i int) (uint8, int) {
 func inA(c uint8) bool { return c&(clsLetter|clsNumber|clsNewline|clsNone) == 0 }
 
 // splitO200k returns the end of the o200k_base piece starting at s[i].
-func splitO200k(s string, i int) int {
-	c, n := classAt(s, i)
+func (t *classTable) splitO200k(s string, i int) int {
+	c, n := t.classAt(s, i)
 	a := inA(c)
 	// First alternative, with then without the optional leading A.
 	if a {
-		if e := upperThenLower(s, i+n); e >= 0 {
+		if e := t.upperThenLower(s, i+n); e >= 0 {
 			return contraction(s, e)
 		}
 	}
 	if c&(clsUpper|clsLower) != 0 {
-		if e := upperThenLower(s, i); e >= 0 {
+		if e := t.upperThenLower(s, i); e >= 0 {
 			return contraction(s, e)
 		}
 	}
 	// Second alternative.
 	if a {
-		if e := upperRun(s, i+n); e >= 0 {
+		if e := t.upperRun(s, i+n); e >= 0 {
 			return contraction(s, e)
 		}
 	}
 	if c&clsUpper != 0 {
-		return contraction(s, upperRun(s, i))
+		return contraction(s, t.upperRun(s, i))
 	}
 	if c&clsNumber != 0 {
-		return numbers(s, i)
+		return t.numbers(s, i)
 	}
-	if e := punctuation(s, i, true); e >= 0 {
+	if e := t.punctuation(s, i, true); e >= 0 {
 		return e
 	}
-	return whitespace(s, i)
+	return t.whitespace(s, i)
 }
 
 // upperThenLower matches B* C+ at s[j], giving back B characters until C+
 // matches: the match ends after a lower-case run that follows the whole B run,
 // else after the last C character inside the B run (B and C share Lm, Lo and M).
 // It returns -1 when there is neither.
-func upperThenLower(s string, j int) int {
+func (t *classTable) upperThenLower(s string, j int) int {
 	lastLower := -1
 	for j < len(s) {
-		c, n := classAt(s, j)
+		c, n := t.classAt(s, j)
 		if c&clsUpper == 0 {
 			if c&clsLower != 0 {
-				return lowerRun(s, j+n)
+				return t.lowerRun(s, j+n)
 			}
 			break
 		}
@@ -148,10 +155,10 @@ func upperThenLower(s string, j int) int {
 }
 
 // upperRun matches B+ C* at s[j]; -1 when s[j] is not in B.
-func upperRun(s string, j int) int {
+func (t *classTable) upperRun(s string, j int) int {
 	start := j
 	for j < len(s) {
-		c, n := classAt(s, j)
+		c, n := t.classAt(s, j)
 		if c&clsUpper == 0 {
 			break
 		}
@@ -160,13 +167,13 @@ func upperRun(s string, j int) int {
 	if j == start {
 		return -1
 	}
-	return lowerRun(s, j)
+	return t.lowerRun(s, j)
 }
 
 // lowerRun returns the end of the run of C characters at s[j].
-func lowerRun(s string, j int) int {
+func (t *classTable) lowerRun(s string, j int) int {
 	for j < len(s) {
-		c, n := classAt(s, j)
+		c, n := t.classAt(s, j)
 		if c&clsLower == 0 {
 			break
 		}
@@ -209,11 +216,11 @@ func contractionLen(t string) int {
 }
 
 // numbers matches N{1,3} at s[i] (s[i] is in N).
-func numbers(s string, i int) int {
-	_, n := classAt(s, i)
+func (t *classTable) numbers(s string, i int) int {
+	_, n := t.classAt(s, i)
 	i += n
 	for k := 1; k < 3 && i < len(s); k++ {
-		c, n := classAt(s, i)
+		c, n := t.classAt(s, i)
 		if c&clsNumber == 0 {
 			break
 		}
@@ -224,14 +231,14 @@ func numbers(s string, i int) int {
 
 // punctuation matches ' '? P+ [\r\n]* (with '/' in the trailing set when slash) at
 // s[i]; the optional space is atomic. It returns -1 when there is no P.
-func punctuation(s string, i int, slash bool) int {
+func (t *classTable) punctuation(s string, i int, slash bool) int {
 	j := i
 	if s[j] == ' ' {
 		j++
 	}
 	start := j
 	for j < len(s) {
-		c, n := classAt(s, j)
+		c, n := t.classAt(s, j)
 		if c&(clsSpace|clsLetter|clsNumber|clsNone) != 0 {
 			break
 		}
@@ -254,10 +261,10 @@ func punctuation(s string, i int, slash bool) int {
 // piece ends after the run of \r and \n that starts at the run's first \r or \n.
 // Without one: the whole run at the end of the text; else all but its last rune,
 // leaving that rune to prefix the next piece; else (a single rune) the run itself.
-func whitespace(s string, i int) int {
+func (t *classTable) whitespace(s string, i int) int {
 	j, lastStart, runes := i, i, 0
 	for j < len(s) {
-		c, n := classAt(s, j)
+		c, n := t.classAt(s, j)
 		if c&clsSpace == 0 {
 			break
 		}
@@ -273,7 +280,7 @@ func whitespace(s string, i int) int {
 	}
 	switch {
 	case runes == 0: // not reached: every other rune matches an earlier alternative
-		_, n := classAt(s, i)
+		_, n := t.classAt(s, i)
 		return i + n
 	case j == len(s) || runes == 1:
 		return j
@@ -283,34 +290,34 @@ func whitespace(s string, i int) int {
 }
 
 // splitCl100k returns the end of the cl100k_base piece starting at s[i].
-func splitCl100k(s string, i int) int {
+func (t *classTable) splitCl100k(s string, i int) int {
 	if s[i] == '\'' && i+1 < len(s) {
 		if k := contractionLen(s[i+1:]); k > 0 {
 			return i + 1 + k
 		}
 	}
-	c, n := classAt(s, i)
+	c, n := t.classAt(s, i)
 	if inA(c) {
-		if e := letterRun(s, i+n); e > i+n {
+		if e := t.letterRun(s, i+n); e > i+n {
 			return e
 		}
 	}
 	if c&clsLetter != 0 {
-		return letterRun(s, i)
+		return t.letterRun(s, i)
 	}
 	if c&clsNumber != 0 {
-		return numbers(s, i)
+		return t.numbers(s, i)
 	}
-	if e := punctuation(s, i, false); e >= 0 {
+	if e := t.punctuation(s, i, false); e >= 0 {
 		return e
 	}
-	return whitespace(s, i)
+	return t.whitespace(s, i)
 }
 
 // letterRun returns the end of the run of \p{L} at s[j].
-func letterRun(s string, j int) int {
+func (t *classTable) letterRun(s string, j int) int {
 	for j < len(s) {
-		c, n := classAt(s, j)
+		c, n := t.classAt(s, j)
 		if c&clsLetter == 0 {
 			break
 		}

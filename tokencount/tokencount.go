@@ -47,9 +47,10 @@ var encodingNames = [numEncodings]tokenizer.Encoding{o200k: tokenizer.O200kBase,
 // Counts equal the library's Codec.Count for every string (TestCountMatchesLibrary,
 // FuzzCountMatchesLibrary).
 type encoding struct {
-	split func(s string, i int) int
-	ranks rankTable
-	cache *pieceCache
+	split   func(t *classTable, s string, i int) int
+	classes *classTable
+	ranks   *rankTable
+	cache   *pieceCache
 }
 
 // lazyEncoding loads one encoding on first use.
@@ -61,20 +62,31 @@ type lazyEncoding struct {
 // Counter counts tokens. It is safe for concurrent use; vocabularies load lazily
 // on first use of each encoding.
 type Counter struct {
-	encodings [numEncodings]lazyEncoding
+	encodings   [numEncodings]lazyEncoding
+	classesOnce sync.Once
+	classes     *classTable
 }
 
 // New returns a Counter.
 func New() *Counter { return &Counter{} }
 
-var splitters = [numEncodings]func(string, int) int{o200k: splitO200k, cl100k: splitCl100k}
+var splitters = [numEncodings]func(*classTable, string, int) int{
+	o200k:  (*classTable).splitO200k,
+	cl100k: (*classTable).splitCl100k,
+}
+
+// classTable returns the Counter's table of rune classes, shared by its encodings.
+func (c *Counter) classTable() *classTable {
+	c.classesOnce.Do(func() { c.classes = newClassTable() })
+	return c.classes
+}
 
 func (c *Counter) encoding(id encodingID) *encoding {
 	l := &c.encodings[id]
 	l.once.Do(func() {
 		// Get only fails for an unknown encoding name; both names are constants.
 		codec, _ := tokenizer.Get(encodingNames[id])
-		l.enc = &encoding{split: splitters[id], ranks: loadRanks(codec), cache: newPieceCache()}
+		l.enc = &encoding{split: splitters[id], classes: c.classTable(), ranks: loadRanks(codec), cache: newPieceCache()}
 	})
 	return l.enc
 }
@@ -92,9 +104,9 @@ func (e *encoding) count(text string) int {
 			i++
 			continue
 		}
-		j := e.split(text, i)
+		j := e.split(e.classes, text, i)
 		piece := text[i:j]
-		if _, ok := e.ranks[piece]; ok {
+		if e.ranks.rank(piece) != noRank {
 			n++
 		} else {
 			n += e.cache.tokens(piece, e.ranks)

@@ -203,6 +203,18 @@ func chatBody(t testing.TB, size int) *llmapi.Request {
 	return parse(t, llmapi.ChatCompletions, string(body))
 }
 
+// reportCPU reports process CPU time per op ("cpu-ns/op"), which unlike ns/op does
+// not count time the benchmark waited for a core on a busy machine. Call as
+// defer reportCPU(b)(). With -cpu 1 the figure is close to one core's time.
+func reportCPU(b *testing.B) func() {
+	start := processCPU()
+	return func() {
+		if start > 0 && b.N > 0 {
+			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+		}
+	}
+}
+
 func BenchmarkEstimate(b *testing.B) {
 	c := New()
 	for _, size := range []int{1 << 10, 100 << 10, 1 << 20} {
@@ -211,8 +223,51 @@ func BenchmarkEstimate(b *testing.B) {
 		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			defer reportCPU(b)()
 			for b.Loop() {
 				c.EstimatePrompt(req)
+			}
+		})
+	}
+}
+
+// BenchmarkCount compares exact counting of 1 KiB texts of several kinds with the
+// library's Count; "cold" starts every count with an empty piece cache.
+func BenchmarkCount(b *testing.B) {
+	texts := map[string]string{
+		"go":       corpus(b, 1<<10),
+		"english":  strings.Repeat("The gateway counts prompt tokens before it forwards a request; it doesn't wait. ", 13)[:1<<10],
+		"japanese": strings.Repeat("大規模言語モデルのゲートウェイはトークンを数える。", 15)[:1020],
+		"russian":  strings.ToValidUTF8(strings.Repeat("Шлюз считает токены запроса, прежде чем переслать его. ", 11)[:1<<10], ""),
+	}
+	c := New()
+	enc := c.encoding(o200k)
+	for _, name := range []string{"go", "english", "japanese", "russian"} {
+		text := texts[name]
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				enc.count(text)
+			}
+		})
+		b.Run(name+"/cold", func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				enc.cache = newPieceCache()
+				enc.count(text)
+			}
+		})
+		b.Run(name+"/library", func(b *testing.B) {
+			libraryCount(b, o200k, text)
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				libraryCount(b, o200k, text)
 			}
 		})
 	}

@@ -1,0 +1,14 @@
+//go:build unix
+
+package tokencount
+
+import "syscall"
+
+// processCPU returns the CPU time (user + system) the process has used, in ns.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
