@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,11 +311,20 @@ func startGateway(t *testing.T, d *config.Deployment) *testEnv {
 	t.Helper()
 	rl := newRecLog()
 	logs := &syncBuffer{}
-	gw, err := New(Options{
+	gw, base := serveGateway(t, d, Options{
 		Registry: testRegistry(rl),
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Backoff:  func(int) time.Duration { return time.Millisecond },
 	})
+	return &testEnv{gw: gw, base: base, log: rl, logs: logs}
+}
+
+// serveGateway builds a gateway from opts, applies d and serves it on a free
+// loopback port until the test ends (shutdown waits for Serve to return). It
+// returns the gateway and http://ADDR.
+func serveGateway(t *testing.T, d *config.Deployment, opts Options) (*Gateway, string) {
+	t.Helper()
+	gw, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +346,7 @@ func startGateway(t *testing.T, d *config.Deployment) *testEnv {
 		_ = gw.Shutdown(ctx)
 		<-done
 	})
-	return &testEnv{gw: gw, base: "http://" + ln.Addr().String(), log: rl, logs: logs}
+	return gw, "http://" + ln.Addr().String()
 }
 
 func startUpstream(t *testing.T, f http.Handler) *httptest.Server {
@@ -358,7 +368,15 @@ func (e *testEnv) client(opts ...option.RequestOption) openai.Client {
 // post sends a raw request to the gateway.
 func (e *testEnv) post(t *testing.T, path, contentType, body string, hdr map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, e.base+path, bytes.NewBufferString(body))
+	return send(t, http.MethodPost, e.base+path, contentType, body, hdr)
+}
+
+// send makes one request with body (none when empty), Content-Type
+// contentType (unset when empty) and the headers hdr, and returns the response
+// with its body read and closed. A transport error fails the test.
+func send(t *testing.T, method, url, contentType, body string, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

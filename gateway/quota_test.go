@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -46,35 +43,14 @@ func startBuiltinGateway(t *testing.T, d *config.Deployment) (base string, logs 
 	}
 	logs = &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	gw, err := New(Options{
+	_, base = serveGateway(t, d, Options{
 		Registry: builtin.Registry(),
 		Logger:   logger,
 		Now:      now,
 		Services: policies.Services{Counters: counters, Pricing: prices, Tokens: tokencount.New()},
 		Backoff:  func(int) time.Duration { return time.Millisecond },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := gw.Apply(d); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = gw.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = gw.Shutdown(ctx)
-		<-done
-	})
-	return "http://" + ln.Addr().String(), logs
+	return base, logs
 }
 
 // mockDeployment is one route over the mock upstream with two applications.
@@ -125,20 +101,11 @@ func (q *quotaBody) lines() string {
 
 func getQuota(t *testing.T, base, key string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+"/openai/v1/quota", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hdr := map[string]string{}
 	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+		hdr["Authorization"] = "Bearer " + key
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp, body
+	return send(t, http.MethodGet, base+"/openai/v1/quota", "", "", hdr)
 }
 
 func decodeQuota(t *testing.T, resp *http.Response, body []byte) *quotaBody {
@@ -189,15 +156,8 @@ func TestQuotaEndpoint(t *testing.T) {
 	chat := fmt.Sprintf(`{"model":"gpt-4o-mini","max_tokens":%d,"messages":[{"role":"user","content":"how much quota do I have left today?"}]}`, maxTokens)
 	var prompt int64
 	for i := 0; i < 2; i++ {
-		req, _ := http.NewRequest(http.MethodPost, base+"/openai/v1/chat/completions", strings.NewReader(chat))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+keyA)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := send(t, http.MethodPost, base+"/openai/v1/chat/completions", "application/json", chat,
+			map[string]string{"Authorization": "Bearer " + keyA})
 		if resp.StatusCode != 200 {
 			t.Fatalf("chat %d: %d %s", i, resp.StatusCode, body)
 		}
@@ -282,14 +242,7 @@ func TestQuotaEndpoint(t *testing.T) {
 	}
 
 	// Only GET.
-	req, _ := http.NewRequest(http.MethodPost, base+"/openai/v1/quota", strings.NewReader("{}"))
-	req.Header.Set("Authorization", "Bearer "+keyA)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := send(t, http.MethodPost, base+"/openai/v1/quota", "", "{}", map[string]string{"Authorization": "Bearer " + keyA})
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
 		t.Fatalf("POST /v1/quota: %d Allow=%q %s", resp.StatusCode, resp.Header.Get("Allow"), body)
 	}
