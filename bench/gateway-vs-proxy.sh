@@ -19,6 +19,9 @@
 # deployment served through the gateway package's API, with pprof],
 # PROFILE [empty; 1 with GATEWAY=inproc: a CPU profile of the gateway during
 # its closed-loop run, saved as gateway.cpu.pb.gz (with KEEP)],
+# CONFIG [bench/gateway.yaml; bench/fullchain.yaml is the DESIGN section 7
+# chain on the memory store, bench/fullchain-redis.yaml the same on Redis at
+# $SLUICE_BENCH_REDIS_URL (default redis://127.0.0.1:6379/0)],
 # NICE [empty; e.g. -10: run everything at that niceness (needs root), so
 # other work on a shared machine disturbs the figures less].
 set -euo pipefail
@@ -34,7 +37,9 @@ CONNS=${CONNS:-64}
 RATE=${RATE:-1000}
 ROUNDS=${ROUNDS:-1}
 DIRECT=${DIRECT:-1}
-KEY=sk-sluice-bench # its hash is in bench/gateway.yaml
+CONFIG=${CONFIG:-bench/gateway.yaml}
+export SLUICE_BENCH_REDIS_URL=${SLUICE_BENCH_REDIS_URL:-redis://127.0.0.1:6379/0}
+KEY=sk-sluice-bench # its hash is in every bench/*.yaml
 
 cd "$(dirname "$0")/.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench.XXXXXX")
@@ -100,11 +105,11 @@ pids+=($!)
 if [[ "$GATEWAY" == inproc ]]; then
 	pprof_port=$(free_port)
 	SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
-		"$work/gatewayprof" -config bench/gateway.yaml -listen "127.0.0.1:$gw_port" \
+		"$work/gatewayprof" -config "$CONFIG" -listen "127.0.0.1:$gw_port" \
 		-pprof "127.0.0.1:$pprof_port" >"$work/gateway.log" 2>&1 &
 else
 	SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
-		"$work/sluice" gateway --config bench/gateway.yaml --listen "127.0.0.1:$gw_port" >"$work/gateway.log" 2>&1 &
+		"$work/sluice" gateway --config "$CONFIG" --listen "127.0.0.1:$gw_port" >"$work/gateway.log" 2>&1 &
 fi
 pids+=($!)
 "$work/bareproxy" -listen "127.0.0.1:$proxy_port" -upstream "http://127.0.0.1:$mock_port" \
