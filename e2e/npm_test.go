@@ -13,12 +13,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"sluice/gateway"
 	"sluice/gateway/config"
+	"sluice/internal/proctest"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
@@ -79,7 +79,9 @@ func TestNPMClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("deployment: %v", err)
 	}
-	logs := &lockedBuffer{}
+	// The gateway may log from its own goroutines after the test function
+	// returned, so logs are printed from a cleanup, not through t.Log.
+	logs := &proctest.Buffer{}
 	gw, err := gateway.New(gateway.Options{
 		Registry: builtin.Registry(),
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -176,24 +178,4 @@ func serve(t *testing.T, h http.Handler) string {
 		_ = srv.Shutdown(ctx)
 	})
 	return ln.Addr().String()
-}
-
-// lockedBuffer collects gateway logs; the gateway may log from its own
-// goroutines, possibly after the test function returned, so logs are printed
-// from a cleanup rather than through t.Log directly.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/proctest"
 	"sluice/internal/redistest"
 	"sluice/policies/ratelimit/store/redisstore"
 	"sluice/tokencount"
@@ -46,7 +47,7 @@ type outageLoad struct {
 	wg      sync.WaitGroup
 }
 
-func startOutageLoad(ctx context.Context, gw *sluiceProc, body []byte, workers int, stop <-chan struct{}) *outageLoad {
+func startOutageLoad(ctx context.Context, gw *proctest.Proc, body []byte, workers int, stop <-chan struct{}) *outageLoad {
 	l := &outageLoad{}
 	client := &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: workers},
@@ -162,13 +163,13 @@ func outageCounters(url, prefix, mode string) string {
 // ratelimit_store_unavailable at once; neither hangs or crashes; after Redis
 // is back both use it again within seconds, without a restart.
 func TestRedisOutage(t *testing.T) {
-	bin := buildSluiceBinary(t)
-	upstream := startMockProc(t, bin)
+	bin := sluiceBin.Path(t)
+	upstream := proctest.StartMock(t, bin).URL
 	srv := redistest.StartServer(t)
 	prefix := redistest.KeyPrefix(t)
-	openGW := startSluiceProc(t, "gateway-open", bin, "/readyz", "gateway", "--listen", "127.0.0.1:0", "--log-level", "warn",
+	openGW := proctest.StartGateway(t, bin, "gateway-open", "--log-level", "warn",
 		"--config", writeReplicaDeployment(t, upstream, outageCounters(srv.URL(), prefix, "open"), outageLimit, "1h"))
-	closedGW := startSluiceProc(t, "gateway-closed", bin, "/readyz", "gateway", "--listen", "127.0.0.1:0", "--log-level", "warn",
+	closedGW := proctest.StartGateway(t, bin, "gateway-closed", "--log-level", "warn",
 		"--config", writeReplicaDeployment(t, upstream, outageCounters(srv.URL(), prefix, "closed"), outageLimit, "1h"))
 	req := newCostedChat(t, tokencount.New(), "Are you still there?", 8)
 
@@ -258,9 +259,9 @@ func TestRedisOutage(t *testing.T) {
 	t.Logf("closed gateway answered 200 again %v after Redis was started (%v after it was stopped)",
 		tRecovered.Sub(tStart).Round(time.Millisecond), tRecovered.Sub(tStop).Round(time.Millisecond))
 
-	for _, p := range []*sluiceProc{openGW, closedGW} {
-		if !p.Alive() {
-			t.Errorf("%s exited during the outage: %v", p.name, p.err)
+	for _, p := range []*proctest.Proc{openGW, closedGW} {
+		if p.Exited() {
+			t.Errorf("%s exited during the outage: %v", p.Name, p.Err())
 		}
 	}
 	if n := metricValue(t, openGW, `sluice_redis_store_fallback_calls_total{op="reserve"}`); n == 0 {
@@ -288,11 +289,11 @@ func TestRedisOutage(t *testing.T) {
 
 // metricValue scrapes p's /metrics and returns the value of the sample whose
 // name and labels are exactly series (0 when absent).
-func metricValue(t *testing.T, p *sluiceProc, series string) float64 {
+func metricValue(t *testing.T, p *proctest.Proc, series string) float64 {
 	t.Helper()
 	resp, err := http.Get(p.URL + "/metrics")
 	if err != nil {
-		t.Fatalf("%s /metrics: %v", p.name, err)
+		t.Fatalf("%s /metrics: %v", p.Name, err)
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -302,13 +303,13 @@ func metricValue(t *testing.T, p *sluiceProc, series string) float64 {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				t.Fatalf("%s /metrics: %q: %v", p.name, line, err)
+				t.Fatalf("%s /metrics: %q: %v", p.Name, line, err)
 			}
 			return f
 		}
 	}
 	if err := sc.Err(); err != nil {
-		t.Fatalf("%s /metrics: %v", p.name, err)
+		t.Fatalf("%s /metrics: %v", p.Name, err)
 	}
 	return 0
 }

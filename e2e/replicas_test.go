@@ -2,11 +2,10 @@ package e2e
 
 // Cluster-wide limits end to end: the real sluice binary, one mock upstream
 // and three gateway processes sharing one deployment file, so every request
-// crosses process boundaries exactly as in production. The helpers for
-// building and running the binary are shared with redis_outage_test.go.
+// crosses process boundaries exactly as in production. The deployment, load
+// and envelope helpers here are shared with redis_outage_test.go.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +22,7 @@ import (
 	"time"
 
 	"sluice/gateway/config"
+	"sluice/internal/proctest"
 	"sluice/internal/redistest"
 	"sluice/llmapi"
 	"sluice/policies/ratelimit/store"
@@ -37,122 +36,14 @@ const replicaAPIKey = "sk-sluice-e2e-replicas"
 // replicaAppID is the application behind replicaAPIKey.
 const replicaAppID = "app-replicas"
 
-// procStartTimeout bounds how long a process may take to print its address
-// and become ready. Generous: a loaded CI machine may be slow to exec.
-const procStartTimeout = 20 * time.Second
+// sluiceBin is the sluice binary, built once for the package's process tests
+// (TestMain removes it).
+var sluiceBin proctest.Binary
 
-// buildSluiceBinary builds cmd/sluice into a temporary directory of t and returns
-// the binary's path. The Go build cache makes every build after the first one
-// in a run a link only.
-func buildSluiceBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tmp", "sluice")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/sluice: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// sluiceProc is one running sluice process.
-type sluiceProc struct {
-	name string
-	cmd  *exec.Cmd
-	// URL is http://host:port as the process reported it.
-	URL    string
-	stderr *lockedBuffer
-	exited chan struct{} // closed when the process has exited
-	err    error         // Wait's result, valid after exited
-}
-
-// Alive reports whether the process is still running.
-func (p *sluiceProc) Alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// startSluiceProc runs `bin args...`, which must listen on 127.0.0.1:0 and print
-// "... listening on http://ADDR" on stdout, and waits for that line and for
-// readyPath to answer 200. The process is killed when the test ends; its
-// stderr is logged when the test failed.
-func startSluiceProc(t *testing.T, name, bin, readyPath string, args ...string) *sluiceProc {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &sluiceProc{name: name, cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: start: %v", name, err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if _, a, ok := strings.Cut(sc.Text(), " listening on "); ok {
-				addr <- strings.TrimSpace(a)
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		// Wait only after stdout is drained (os/exec's rule for StdoutPipe).
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		if p.Alive() {
-			_ = cmd.Process.Kill()
-		}
-		<-p.exited
-		if t.Failed() {
-			t.Logf("%s stderr:\n%s", name, headTail(p.stderr.String(), 3072))
-		}
-	})
-	select {
-	case p.URL = <-addr:
-	case <-p.exited:
-		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.stderr.String())
-	case <-time.After(procStartTimeout):
-		t.Fatalf("%s printed no listening address within %v", name, procStartTimeout)
-	}
-	waitProcReady(t, p, readyPath)
-	return p
-}
-
-func waitProcReady(t *testing.T, p *sluiceProc, path string) {
-	t.Helper()
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(procStartTimeout)
-	for {
-		resp, err := client.Get(p.URL + path)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if !p.Alive() || time.Now().After(deadline) {
-			t.Fatalf("%s: %s not ready (last error %v)", p.name, path, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// headTail shortens s to its first and last n bytes.
-func headTail(s string, n int) string {
-	if len(s) <= 2*n {
-		return s
-	}
-	return s[:n] + "\n[...]\n" + s[len(s)-n:]
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sluiceBin.Remove()
+	os.Exit(code)
 }
 
 func procTail(s string, n int) string {
@@ -160,12 +51,6 @@ func procTail(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
-}
-
-// startMockProc runs `sluice mock-llm` and returns its URL.
-func startMockProc(t *testing.T, bin string) string {
-	t.Helper()
-	return startSluiceProc(t, "mock-llm", bin, "/healthz", "mock-llm", "--listen", "127.0.0.1:0").URL
 }
 
 // writeReplicaDeployment writes the deployment file the gateways share: api-key-auth
@@ -225,12 +110,11 @@ func replicaRedisCounters(target, prefix, failureMode string) string {
 }
 
 // startGatewayProcs starts n `sluice gateway` processes on the same deployment.
-func startGatewayProcs(t *testing.T, bin, deployment string, n int) []*sluiceProc {
+func startGatewayProcs(t *testing.T, bin, deployment string, n int) []*proctest.Proc {
 	t.Helper()
-	gws := make([]*sluiceProc, n)
+	gws := make([]*proctest.Proc, n)
 	for i := range gws {
-		gws[i] = startSluiceProc(t, fmt.Sprintf("gateway-%d", i), bin, "/readyz",
-			"gateway", "--config", deployment, "--listen", "127.0.0.1:0", "--log-level", "warn")
+		gws[i] = proctest.StartGateway(t, bin, fmt.Sprintf("gateway-%d", i), "--config", deployment, "--log-level", "warn")
 	}
 	return gws
 }
@@ -273,7 +157,7 @@ type replicaLoad struct {
 // request k of the whole run going to gateway k mod len(gws) (round robin).
 // Every answer must be a 200 whose usage equals the request's known cost, or
 // a 429 with the rate-limit envelope; anything else fails the test.
-func loadReplicas(t *testing.T, gws []*sluiceProc, reqs []costedChat, clients, perClient int) replicaLoad {
+func loadReplicas(t *testing.T, gws []*proctest.Proc, reqs []costedChat, clients, perClient int) replicaLoad {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
@@ -443,7 +327,7 @@ func waitOutOfWindowEdge(t *testing.T, w, margin time.Duration) {
 // flight); the reservation is atomic in Redis, hence admitted <= limit. It
 // also checks the limit was used (admitted > limit - the largest cost) and
 // that the shared counter holds exactly the admitted total.
-func assertReplicasExact(t *testing.T, gws []*sluiceProc, counterUsed func() int64) {
+func assertReplicasExact(t *testing.T, gws []*proctest.Proc, counterUsed func() int64) {
 	t.Helper()
 	reqs := replicaRequests(t)
 	res := loadReplicas(t, gws, reqs, replicaClients, replicaPerClient)
@@ -508,8 +392,8 @@ func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int6
 // limit across all of them; the same scenario on the memory backend admits
 // about three times the limit, which shows the first assertion can fail.
 func TestReplicasShareOneLimit(t *testing.T) {
-	bin := buildSluiceBinary(t)
-	upstream := startMockProc(t, bin)
+	bin := sluiceBin.Path(t)
+	upstream := proctest.StartMock(t, bin).URL
 
 	t.Run("redis", func(t *testing.T) {
 		url := redistest.URL(t)
@@ -543,8 +427,8 @@ func TestReplicasShareOneLimit(t *testing.T) {
 // Cluster: the application's counters share a hash tag, so each reservation
 // is one script on one master, and the limit is as exact as on one server.
 func TestReplicasShareOneLimitOnCluster(t *testing.T) {
-	bin := buildSluiceBinary(t)
-	upstream := startMockProc(t, bin)
+	bin := sluiceBin.Path(t)
+	upstream := proctest.StartMock(t, bin).URL
 	addrs := redistest.StartCluster(t, 3)
 	prefix := redistest.KeyPrefix(t)
 	quoted := make([]string, len(addrs))
@@ -565,12 +449,11 @@ func TestReplicasShareOneLimitOnCluster(t *testing.T) {
 // store. A swapped store would count from zero under the new prefix; the kept
 // one keeps counting where it was.
 func TestCountersChangeNeedsRestart(t *testing.T) {
-	bin := buildSluiceBinary(t)
-	upstream := startMockProc(t, bin)
+	bin := sluiceBin.Path(t)
+	upstream := proctest.StartMock(t, bin).URL
 	url := redistest.URL(t)
 	dep := writeReplicaDeployment(t, upstream, replicaRedisCounters("url: "+url, redistest.KeyPrefix(t), "closed"), replicaLimit, "1h")
-	gw := startSluiceProc(t, "gateway", bin, "/readyz", "gateway", "--config", dep,
-		"--listen", "127.0.0.1:0", "--log-level", "warn", "--watch-interval", "50ms")
+	gw := proctest.StartGateway(t, bin, "gateway", "--config", dep, "--log-level", "warn", "--watch-interval", "50ms")
 	req := newCostedChat(t, tokencount.New(), "Remember me across reloads", 5)
 	client := &http.Client{Timeout: 10 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -599,17 +482,11 @@ func TestCountersChangeNeedsRestart(t *testing.T) {
 	if err := os.WriteFile(dep, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const warning = "the counters section changed"
-	for !strings.Contains(gw.stderr.String(), warning) {
-		if ctx.Err() != nil {
-			t.Fatalf("no %q warning after the counters section changed", warning)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	gw.WaitLog(t, 30*time.Second, "the counters section changed")
 	if got, want := remaining(), replicaLimit-2*req.cost; got != want {
 		t.Fatalf("remaining after the reload = %d, want %d (the running store keeps counting)", got, want)
 	}
-	if !gw.Alive() {
-		t.Fatalf("gateway exited: %v", gw.err)
+	if gw.Exited() {
+		t.Fatalf("gateway exited: %v", gw.Err())
 	}
 }
