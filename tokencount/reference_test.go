@@ -66,7 +66,11 @@ func differentialCorpus(t testing.TB) map[string]string {
 		"special tokens": "<|endoftext|> <|endofprompt|><|fim_prefix|>",
 		"invalid utf8":   "ab\xffcd \xc3( \xe2\x82 x\xf0\x9f\x98 \xed\xa0\x80 \x80\x80 ok",
 		"nul and ctrl":   "a\x00b\x01\x1f\x7f c\x0bd\x0ce",
-		"go source":      corpus(t, 8<<10),
+		// Found by this test while writing the splitter: the library skips DEL, and
+		// ends \s*[\r\n]+ at the first newline of a whitespace run.
+		"regression DEL":       "\x1f\x7f !!\x7f!! a\x7fb \x7f \x7f\n'\x7fs x\x7f",
+		"regression first \\n": "٤\n\t\n a \n \n b\r\n \r\n\n c\t\n\t\n\t\n",
+		"go source":            corpus(t, 8<<10),
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 40 {
