@@ -52,6 +52,20 @@ func load(t *testing.T, src string, vars map[string]string) (*Deployment, Errors
 	return d, errs
 }
 
+// wantErrorPrefixes checks that errs are exactly len(want) errors, the i-th
+// rendering (file:line:col: field: message) with want[i].
+func wantErrorPrefixes(t *testing.T, errs Errors, want []string) {
+	t.Helper()
+	if len(errs) != len(want) {
+		t.Errorf("got %d errors, want %d:\n%v", len(errs), len(want), errs)
+	}
+	for i := range min(len(errs), len(want)) {
+		if !strings.HasPrefix(errs[i].Error(), want[i]) {
+			t.Errorf("error %d:\n got %s\nwant %s...", i, errs[i], want[i])
+		}
+	}
+}
+
 func TestErrorsNameFileLineAndField(t *testing.T) {
 	cases := []struct {
 		name string
@@ -287,14 +301,7 @@ routes:
 		"all.yaml:23:14: routes[0].context: context \"/x/\" must not end with /",
 		"all.yaml:26:14: routes[1].context: \"/\" is not allowed",
 	}
-	if len(errs) != len(want) {
-		t.Errorf("got %d errors, want %d:\n%v", len(errs), len(want), errs)
-	}
-	for i := range min(len(errs), len(want)) {
-		if !strings.HasPrefix(errs[i].Error(), want[i]) {
-			t.Errorf("error %d:\n got %s\nwant %s...", i, errs[i], want[i])
-		}
-	}
+	wantErrorPrefixes(t, errs, want)
 	if lines := strings.Split(err.Error(), "\n"); len(lines) != len(errs) {
 		t.Errorf("Error() has %d lines for %d errors", len(lines), len(errs))
 	}
@@ -527,14 +534,7 @@ func TestParseWithRegistryReportsEverything(t *testing.T) {
 		"deploy.yaml:18:15: routes[1].provider: unknown provider",
 		"deploy.yaml:19:15: routes[1].policies: expected a list, got an integer",
 	}
-	if len(errs) != len(want) {
-		t.Fatalf("got %d errors, want %d:\n%v", len(errs), len(want), errs)
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(errs[i].Error(), w) {
-			t.Errorf("error %d: got %s, want %s...", i, errs[i], w)
-		}
-	}
+	wantErrorPrefixes(t, errs, want)
 }
 
 func TestEveryBadEntryOfARouteReported(t *testing.T) {
@@ -550,12 +550,5 @@ func TestEveryBadEntryOfARouteReported(t *testing.T) {
 		"deploy.yaml:17:18: routes[0].policies[2].params.bogus: unknown parameter",
 		"deploy.yaml:19:18: routes[0].policies[3].version: policy \"fake-limit\" has no version \"v2\"",
 	}
-	if len(errs) != len(want) {
-		t.Fatalf("got %d errors, want %d:\n%v", len(errs), len(want), errs)
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(errs[i].Error(), w) {
-			t.Errorf("error %d: got %s, want %s...", i, errs[i], w)
-		}
-	}
+	wantErrorPrefixes(t, errs, want)
 }
