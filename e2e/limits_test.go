@@ -218,6 +218,21 @@ func yamlUSD(micros int64) string {
 	return strconv.FormatFloat(float64(micros)/1e6, 'f', -1, 64)
 }
 
+// consumerTokenRoute is the YAML of route name at /name over the mock:
+// api-key-auth, then one consumer token-based-ratelimit with algorithm and one
+// total-token limit of count per duration (a YAML duration such as 1h).
+func consumerTokenRoute(name, algorithm string, count int64, duration string) string {
+	return fmt.Sprintf(`  - name: %[1]s
+    context: /%[1]s
+    provider: mock
+    policies:
+      - {name: api-key-auth, version: v1}
+      - name: token-based-ratelimit
+        version: v1
+        params: {consumerBased: true, algorithm: %[2]s, totalTokenLimits: [{count: %[3]d, duration: %[4]s}]}
+`, name, algorithm, count, duration)
+}
+
 // TestConsumerLimits walks the runtime flows of seed 001.
 func TestConsumerLimits(t *testing.T) {
 	const text = "Explain the reserve-then-settle accounting of a gateway in one line."
@@ -229,16 +244,7 @@ func TestConsumerLimits(t *testing.T) {
 		P := probe.estimate(llmapi.ChatCompletions, tokReq.body())
 		U := P + tokReq.completion()
 		lim := window(2*U+P, time.Hour) // the third request fits exactly
-		env := startLimitsEnv(t, deploymentDoc([]string{"app-a", "app-b"}, fmt.Sprintf(`
-  - name: c1
-    context: /c1
-    provider: mock
-    policies:
-      - {name: api-key-auth, version: v1}
-      - name: token-based-ratelimit
-        version: v1
-        params: {consumerBased: true, algorithm: fixed-window, totalTokenLimits: [{count: %d, duration: 1h}]}
-`, lim.Max)), nil)
+		env := startLimitsEnv(t, deploymentDoc([]string{"app-a", "app-b"}, consumerTokenRoute("c1", "fixed-window", lim.Max, "1h")), nil)
 		ca := &mCounter{key: counterKey("c1:app-a", policyTokens, "total", lim), limit: lim, policy: policyTokens}
 		cb := &mCounter{key: counterKey("c1:app-b", policyTokens, "total", lim), limit: lim, policy: policyTokens}
 		admitted := 0
@@ -389,18 +395,6 @@ func TestConsumerLimits(t *testing.T) {
 		}
 		t.Logf("U=%d R=%d: backend {c4} %d/%d, {c4:default} tokens %d/%d, cost %d/%d", U, R, back.used, lb.Max, def.used, lc.Max, defCost.used, lcost.Max)
 	})
-}
-
-// readStream reads an SSE body to its end; err is the read error (a cut
-// stream ends in io.ErrUnexpectedEOF).
-func readStream(r io.Reader) (events int, err error) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "data:") {
-			events++
-		}
-	}
-	return events, sc.Err()
 }
 
 // untilFirstEvent reads an SSE body until its first data line.
@@ -633,16 +627,7 @@ func TestDebtRetryAfter(t *testing.T) {
 	debt := P + M - L
 
 	t.Run("token bucket", func(t *testing.T) {
-		env := startLimitsEnv(t, deploymentDoc([]string{"app-a"}, fmt.Sprintf(`
-  - name: d1
-    context: /d1
-    provider: mock
-    policies:
-      - {name: api-key-auth, version: v1}
-      - name: token-based-ratelimit
-        version: v1
-        params: {consumerBased: true, algorithm: token-bucket, totalTokenLimits: [{count: %d, duration: 1m}]}
-`, L)), nil)
+		env := startLimitsEnv(t, deploymentDoc([]string{"app-a"}, consumerTokenRoute("d1", "token-bucket", L, "1m")), nil)
 		lim := store.Limit{Algorithm: store.TokenBucket, Max: L, Period: time.Minute}
 		key := counterKey("d1:app-a", policyTokens, "total", lim)
 		a := env.chat("/d1", "app-a", req, nil)
@@ -675,16 +660,7 @@ func TestDebtRetryAfter(t *testing.T) {
 	})
 
 	t.Run("fixed window", func(t *testing.T) {
-		env := startLimitsEnv(t, deploymentDoc([]string{"app-a"}, fmt.Sprintf(`
-  - name: d2
-    context: /d2
-    provider: mock
-    policies:
-      - {name: api-key-auth, version: v1}
-      - name: token-based-ratelimit
-        version: v1
-        params: {consumerBased: true, algorithm: fixed-window, totalTokenLimits: [{count: %d, duration: 1h}]}
-`, L)), nil)
+		env := startLimitsEnv(t, deploymentDoc([]string{"app-a"}, consumerTokenRoute("d2", "fixed-window", L, "1h")), nil)
 		lim := window(L, time.Hour)
 		key := counterKey("d2:app-a", policyTokens, "total", lim)
 		if a := env.chat("/d2", "app-a", req, nil); a.status != 200 {
@@ -1262,14 +1238,7 @@ func TestReloadKeepsCountersAndInFlight(t *testing.T) {
 	P := c.estimate(llmapi.ChatCompletions, req.body())
 	U := P + req.completion()
 	doc := func(limit int64) string {
-		return deploymentDoc([]string{"app-a"}, fmt.Sprintf(`
-  - name: rl
-    context: /rl
-    provider: mock
-    policies:
-      - {name: api-key-auth, version: v1}
-      - {name: token-based-ratelimit, version: v1, params: {consumerBased: true, algorithm: fixed-window, totalTokenLimits: [{count: %d, duration: 1h}]}}
-`, limit))
+		return deploymentDoc([]string{"app-a"}, consumerTokenRoute("rl", "fixed-window", limit, "1h"))
 	}
 	env := startLimitsEnv(t, doc(1000), nil)
 	if a := env.chat("/rl", "app-a", req, nil); a.status != 200 {
