@@ -613,6 +613,23 @@ func testInvalid(e *env) {
 	}
 }
 
+// inParallel runs work(0) to work(n-1) on n goroutines and returns, once all
+// have returned, the first error any of them reported.
+func inParallel(n int, work func(w int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range n {
+		wg.Go(func() {
+			if err := work(w); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
 func testConcurrentWindow(e *env) {
 	const (
 		workers = 64
@@ -622,30 +639,22 @@ func testConcurrentWindow(e *env) {
 	l := window(max, time.Hour)
 	k := e.key("hot")
 	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			ds := []store.Debit{{Key: k, Limit: l}}
-			var r store.Result
-			for range each {
-				ds[0].Amount = 1 + rng.Int64N(7)
-				if err := e.s.Reserve(context.Background(), ds, &r); err != nil {
-					errs <- err
-					return
-				}
-				if r.Allowed {
-					admitted.Add(ds[0].Amount)
-				}
+	err := inParallel(workers, func(w int) error {
+		rng := rand.New(rand.NewPCG(uint64(w), 7))
+		ds := []store.Debit{{Key: k, Limit: l}}
+		var r store.Result
+		for range each {
+			ds[0].Amount = 1 + rng.Int64N(7)
+			if err := e.s.Reserve(context.Background(), ds, &r); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			if r.Allowed {
+				admitted.Add(ds[0].Amount)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		e.Fatalf("Reserve: %v", err)
 	}
 	sum := admitted.Load()
@@ -671,38 +680,29 @@ func testConcurrentAdjust(e *env) {
 	for _, l := range []store.Limit{window(1_000_000, time.Hour), bucket(1_000_000, 1000*time.Hour)} {
 		k := e.key("mix." + l.Algorithm.String())
 		var charged atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(w), 11))
-				ds := []store.Debit{{Key: k, Limit: l}}
-				var r store.Result
-				deltas := []int64{0}
-				for range each {
-					ds[0].Amount = 1 + rng.Int64N(100)
-					if err := e.s.Reserve(context.Background(), ds, &r); err != nil {
-						errs <- err
-						return
-					}
-					if !r.Allowed {
-						continue
-					}
-					// Settle to a real usage in [0, 2*amount].
-					deltas[0] = rng.Int64N(2*ds[0].Amount+1) - ds[0].Amount
-					if err := e.s.Adjust(context.Background(), ds, &r.Ticket, deltas); err != nil {
-						errs <- err
-						return
-					}
-					charged.Add(ds[0].Amount + deltas[0])
+		err := inParallel(workers, func(w int) error {
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			ds := []store.Debit{{Key: k, Limit: l}}
+			var r store.Result
+			deltas := []int64{0}
+			for range each {
+				ds[0].Amount = 1 + rng.Int64N(100)
+				if err := e.s.Reserve(context.Background(), ds, &r); err != nil {
+					return err
 				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+				if !r.Allowed {
+					continue
+				}
+				// Settle to a real usage in [0, 2*amount].
+				deltas[0] = rng.Int64N(2*ds[0].Amount+1) - ds[0].Amount
+				if err := e.s.Adjust(context.Background(), ds, &r.Ticket, deltas); err != nil {
+					return err
+				}
+				charged.Add(ds[0].Amount + deltas[0])
+			}
+			return nil
+		})
+		if err != nil {
 			e.Fatalf("%v: %v", l.Algorithm, err)
 		}
 		used := l.Max - e.peek(debit(k, l, 0)).Remaining[0]
