@@ -53,7 +53,12 @@ func appendHead(b []byte, c *call, idPrefix, object string) []byte {
 	return gjson.AppendJSONString(b, c.req.Model)
 }
 
+// appendOpenAIUsage appends the "usage" member of a chat or completions
+// object: null when the caller asked for no usage.
 func appendOpenAIUsage(b []byte, c *call) []byte {
+	if c.noUsage {
+		return append(b, `"usage":null`...)
+	}
 	b = append(b, `"usage":{"prompt_tokens":`...)
 	b = appendInt(b, c.prompt)
 	b = append(b, `,"completion_tokens":`...)
@@ -79,11 +84,7 @@ func chatBody(b []byte, c *call) []byte {
 		b = append(b, `"}`...)
 	}
 	b = append(b, "],"...)
-	if c.noUsage {
-		b = append(b, `"usage":null`...)
-	} else {
-		b = appendOpenAIUsage(b, c)
-	}
+	b = appendOpenAIUsage(b, c)
 	return append(b, '}')
 }
 
@@ -103,11 +104,7 @@ func completionsBody(b []byte, c *call) []byte {
 		b = append(b, `"}`...)
 	}
 	b = append(b, "],"...)
-	if c.noUsage {
-		b = append(b, `"usage":null`...)
-	} else {
-		b = appendOpenAIUsage(b, c)
-	}
+	b = appendOpenAIUsage(b, c)
 	return append(b, '}')
 }
 
