@@ -89,6 +89,32 @@ func (x *exchange) record(start time.Time) {
 	x.g.metrics.latency.WithLabelValues(route, code).Observe(x.g.now().Sub(start).Seconds())
 }
 
+// newCall is the policies.Call for x's request, whose path under the route is
+// rest: its SharedContext names x's route, provider and endpoint (set x.rt and
+// x.ep first) and, when llm (the parsed body, nil for none) is set, its model.
+func (x *exchange) newCall(rest string, llm *llmapi.Request) *policies.Call {
+	r, rt := x.r, x.rt
+	shared := sharedctx.New(x.reqID, rt.name, rt.name, rt.provider.name)
+	shared.Endpoint = string(x.ep)
+	if llm != nil {
+		shared.Model = llm.Model
+	}
+	return &policies.Call{
+		Ctx:    r.Context(),
+		Shared: shared,
+		Request: &policies.Request{
+			Method:   r.Method,
+			Path:     rest,
+			Header:   r.Header,
+			Query:    r.URL.Query(),
+			RemoteIP: remoteIP(r),
+			LLM:      llm,
+		},
+		ClientHeader: make(http.Header),
+		Started:      x.g.now(),
+	}
+}
+
 func (x *exchange) serve() {
 	g, w, r := x.g, x.w, x.r
 	x.reqID = r.Header.Get("X-Request-Id")
@@ -141,23 +167,7 @@ func (x *exchange) serve() {
 		return
 	}
 
-	shared := sharedctx.New(x.reqID, rt.name, rt.name, rt.provider.name)
-	shared.Endpoint = string(ep)
-	shared.Model = llm.Model
-	x.call = &policies.Call{
-		Ctx:    r.Context(),
-		Shared: shared,
-		Request: &policies.Request{
-			Method:   r.Method,
-			Path:     rest,
-			Header:   r.Header,
-			Query:    r.URL.Query(),
-			RemoteIP: remoteIP(r),
-			LLM:      llm,
-		},
-		ClientHeader: make(http.Header),
-		Started:      g.now(),
-	}
+	x.call = x.newCall(rest, llm)
 	x.run = rt.chain.Start(x.call)
 	if gerr := x.run.Request(); gerr != nil {
 		x.fail(gerr)

@@ -10,7 +10,6 @@ import (
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/ratelimit"
-	"sluice/sharedctx"
 )
 
 // quotaPath is the path, under a route's context, of the quota report.
@@ -58,21 +57,7 @@ func (x *exchange) quota(rest string) {
 			r.Method+" is not allowed on "+quotaPath+"; use GET"))
 		return
 	}
-	shared := sharedctx.New(x.reqID, rt.name, rt.name, rt.provider.name)
-	shared.Endpoint = string(endpointQuota)
-	call := &policies.Call{
-		Ctx:    r.Context(),
-		Shared: shared,
-		Request: &policies.Request{
-			Method:   r.Method,
-			Path:     rest,
-			Header:   r.Header,
-			Query:    r.URL.Query(),
-			RemoteIP: remoteIP(r),
-		},
-		ClientHeader: make(http.Header),
-		Started:      g.now(),
-	}
+	call := x.newCall(rest, nil)
 	entries := rt.chain.Entries()
 	for i := range entries {
 		id, ok := entries[i].Policy.(policies.Identifier)
@@ -88,7 +73,7 @@ func (x *exchange) quota(rest string) {
 		}
 	}
 	rep := quotaReport{Route: rt.name, Limits: []quotaLimit{}}
-	if app := shared.ApplicationID(); app != "" {
+	if app := call.Shared.ApplicationID(); app != "" {
 		rep.ApplicationID = &app
 	}
 	now := g.now()
