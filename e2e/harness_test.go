@@ -26,6 +26,7 @@ import (
 
 	"sluice/gateway"
 	"sluice/gateway/config"
+	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/mockllm"
 	"sluice/policies"
@@ -33,6 +34,7 @@ import (
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/store"
 	"sluice/policies/ratelimit/store/memstore"
+	"sluice/policies/ratelimit/store/storetest"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -55,27 +57,6 @@ import (
 // limitsEpoch is the frozen default time: 20 minutes into a UTC hour, far from
 // any window boundary a test could cross by accident.
 var limitsEpoch = time.Date(2030, time.June, 15, 12, 20, 0, 0, time.UTC)
-
-// e2eClock is a settable clock, shared by the counter store and the policies
-// so that counter arithmetic and policy decisions see one time.
-type e2eClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newE2EClock(t time.Time) *e2eClock { return &e2eClock{now: t} }
-
-func (c *e2eClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *e2eClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // appKey is the API key of application id.
 func appKey(id string) string { return "sk-e2e-" + id }
@@ -164,30 +145,12 @@ func (f *flakyUpstream) counts() (hits, fails int) {
 	return f.hits, f.fails
 }
 
-// syncLog collects gateway logs from any goroutine.
-type syncLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // limitsEnv is one running harness.
 type limitsEnv struct {
 	t        testing.TB
 	Base     string // gateway base URL, http://127.0.0.1:port
 	MockURL  string
-	Clock    *e2eClock
+	Clock    *storetest.Clock // shared by the counter store and the policies
 	Store    *memstore.Store
 	Tokens   *tokencount.Counter
 	Pricing  *pricing.Catalog
@@ -196,17 +159,17 @@ type limitsEnv struct {
 	Arrivals *arrivals
 	Flaky    *flakyUpstream
 	HTTP     *http.Client
-	Log      *syncLog
+	Log      *proctest.Buffer // gateway logs, written from any goroutine
 }
 
 // startLimitsEnv starts the upstreams and a gateway serving the deployment
 // doc (see the ${VAR}s above). clock nil: a clock frozen at limitsEpoch.
-func startLimitsEnv(t testing.TB, doc string, clock *e2eClock) *limitsEnv {
+func startLimitsEnv(t testing.TB, doc string, clock *storetest.Clock) *limitsEnv {
 	t.Helper()
 	if clock == nil {
-		clock = newE2EClock(limitsEpoch)
+		clock = storetest.NewClock(limitsEpoch)
 	}
-	env := &limitsEnv{t: t, Clock: clock, Tokens: tokencount.New(), Arrivals: &arrivals{}, Log: &syncLog{}}
+	env := &limitsEnv{t: t, Clock: clock, Tokens: tokencount.New(), Arrivals: &arrivals{}, Log: &proctest.Buffer{}}
 
 	mock := mockllm.New(mockllm.Options{Counter: env.Tokens})
 	mockSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
