@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -33,8 +34,18 @@ type coalescer struct {
 
 	mu       sync.Mutex
 	inflight int           // round trips in flight, <= slots
-	queue    []*scriptCall // waiting calls; non-empty only while inflight == slots
+	queue    []*scriptCall // waiting calls; non-empty only while a round trip is in flight
+	// unsent counts the background calls (see post) whose round trip has
+	// not ended; while it is not 0 every call queues, so that none
+	// overtakes a background call made before it.
+	unsent int
+	idle   *sync.Cond // on mu: signalled when unsent drops to 0
+	closed bool       // close was called: no more background calls
 }
+
+// maxQueued bounds the queue that background calls may join; beyond it
+// they wait like any call (back-pressure while Redis is slow).
+const maxQueued = 4 * maxBatch
 
 // Operation kinds in a luaBatch header.
 const (
@@ -68,6 +79,12 @@ type scriptCall struct {
 	ready  chan struct{}
 	lead   []*scriptCall
 	queued bool // in c.queue (guarded by c.mu)
+
+	// done, for a background call (see post), runs after its round trip in
+	// place of waking a caller; it owns the call from then on. start is
+	// when the call was made.
+	done  func(*scriptCall)
+	start time.Time
 }
 
 var callPool = sync.Pool{New: func() any { return &scriptCall{ready: make(chan struct{}, 1)} }}
@@ -79,12 +96,14 @@ func putCall(sc *scriptCall) {
 	clear(sc.keyBuf)
 	clear(sc.argArr[:])
 	clear(sc.mkeys)
-	sc.keys, sc.reply, sc.err, sc.lead = nil, nil, nil, nil
+	sc.keys, sc.reply, sc.err, sc.lead, sc.done = nil, nil, nil, nil, nil
 	callPool.Put(sc)
 }
 
 func newCoalescer(client redis.UniversalClient, script *redis.Script, slots, maxBatch int) *coalescer {
-	return &coalescer{client: client, script: script, slots: max(slots, 1), maxBatch: max(maxBatch, 1)}
+	c := &coalescer{client: client, script: script, slots: max(slots, 1), maxBatch: max(maxBatch, 1)}
+	c.idle = sync.NewCond(&c.mu)
+	return c
 }
 
 // do runs sc and leaves its reply in sc.reply, or its error in sc.err. A call canceled (ctx) while
@@ -92,7 +111,7 @@ func newCoalescer(client redis.UniversalClient, script *redis.Script, slots, max
 // reply, which the read timeout bounds.
 func (c *coalescer) do(ctx context.Context, sc *scriptCall) {
 	c.mu.Lock()
-	if c.inflight < c.slots {
+	if c.inflight < c.slots && c.unsent == 0 {
 		c.inflight++
 		c.mu.Unlock()
 		c.send(ctx, []*scriptCall{sc})
@@ -119,9 +138,66 @@ func (c *coalescer) do(ctx context.Context, sc *scriptCall) {
 		sc.lead = nil
 		// The batch was queued by many callers: a cancellation of this one
 		// must not fail the others' commands.
-		c.send(context.WithoutCancel(ctx), batch)
-		c.release()
-		for _, m := range batch[1:] {
+		c.lead(context.WithoutCancel(ctx), batch, sc)
+	}
+}
+
+// post queues sc as a background call: its caller does not wait, and done
+// runs after its round trip (on another goroutine). It does so only when
+// every round trip is busy (so sc would have queued anyway) and the queue
+// is short; otherwise it returns false and the caller must use do. Calls
+// made after post returns are sent after sc or in the same invocation, never
+// before it (see unsent).
+func (c *coalescer) post(sc *scriptCall, done func(*scriptCall)) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.inflight < c.slots || len(c.queue) >= maxQueued {
+		return false
+	}
+	sc.done = done
+	sc.queued = true
+	c.queue = append(c.queue, sc)
+	c.unsent++
+	return true
+}
+
+// close waits until every background call's round trip has ended and
+// refuses new ones.
+func (c *coalescer) close() {
+	c.mu.Lock()
+	c.closed = true
+	for c.unsent > 0 {
+		c.idle.Wait()
+	}
+	c.mu.Unlock()
+}
+
+// lead sends a batch handed over by release (leader: the caller sending it,
+// nil for a goroutine of its own), ends the round trip, and then completes
+// the other calls: wakes their callers, or runs their done.
+func (c *coalescer) lead(ctx context.Context, batch []*scriptCall, leader *scriptCall) {
+	c.send(ctx, batch)
+	background := 0
+	for _, m := range batch {
+		if m.done != nil {
+			background++
+		}
+	}
+	if background > 0 {
+		c.mu.Lock()
+		c.unsent -= background
+		if c.unsent == 0 {
+			c.idle.Broadcast()
+		}
+		c.mu.Unlock()
+	}
+	c.release()
+	for _, m := range batch {
+		switch {
+		case m == leader:
+		case m.done != nil:
+			m.done(m)
+		default:
 			m.ready <- struct{}{}
 		}
 	}
@@ -139,7 +215,8 @@ func (c *coalescer) withdraw(sc *scriptCall) {
 }
 
 // release ends a round trip: the slot passes to the queued calls, if any, as
-// one batch led by the first of them; else it is freed.
+// one batch led by the first of them that has a caller waiting (or by a
+// goroutine of its own when all are background calls); else it is freed.
 func (c *coalescer) release() {
 	c.mu.Lock()
 	if len(c.queue) == 0 {
@@ -157,8 +234,14 @@ func (c *coalescer) release() {
 	clear(c.queue[rest:])
 	c.queue = c.queue[:rest]
 	c.mu.Unlock()
-	batch[0].lead = batch
-	batch[0].ready <- struct{}{}
+	for _, m := range batch {
+		if m.done == nil {
+			m.lead = batch
+			m.ready <- struct{}{}
+			return
+		}
+	}
+	go c.lead(context.Background(), batch, nil)
 }
 
 // send runs calls in one round trip: one luaBatch invocation per group of

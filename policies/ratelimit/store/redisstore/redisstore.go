@@ -132,7 +132,8 @@ type Store struct {
 	log     *slog.Logger
 	m       *metrics
 
-	co *coalescer
+	co        *coalescer
+	settledFn func(*scriptCall) // s.settled, bound once
 
 	// skipUntil is the wall-clock UnixNano until which calls skip Redis after
 	// a failure (0: Redis is believed up).
@@ -177,6 +178,7 @@ func New(opts Options) (*Store, error) {
 		m:       newMetrics(opts.Metrics),
 		co:      newCoalescer(client, redis.NewScript(luaBatch), opts.MaxInFlight, maxBatch),
 	}
+	s.settledFn = s.settled
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
 	}
@@ -390,20 +392,35 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 		return nil
 	}
 	sc := getCall()
-	defer putCall(sc)
 	if err := s.keys(sc, debits); err != nil {
+		putCall(sc)
 		return err
 	}
 	if s.skipping() {
+		putCall(sc)
 		s.m.dropped.Inc()
 		return s.dropErr(nil)
 	}
 	sc.num = packAdjust(sc.num[:0], debits, t.Window, deltas)
 	sc.clock = s.clock()
-	start := time.Now()
+	sc.start = time.Now()
+	// In failure mode open a settlement returns nil whether it lands or is
+	// dropped, so when it would queue anyway the caller need not wait for
+	// it (see Background settlement in docs/redis.md). Mode closed waits,
+	// to return ErrUnavailable.
+	if !s.closed && s.co.post(sc, s.settledFn) {
+		return nil
+	}
 	s.co.do(ctx, sc)
+	err := s.settle(ctx, sc)
+	putCall(sc)
+	return err
+}
+
+// settle reads the outcome of an Adjust's round trip.
+func (s *Store) settle(ctx context.Context, sc *scriptCall) error {
 	err := sc.err
-	s.m.observe(opAdjust, start)
+	s.m.observe(opAdjust, sc.start)
 	if err != nil {
 		return s.failed(ctx, opAdjust, err, func() error {
 			s.m.dropped.Inc()
@@ -412,6 +429,16 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 	}
 	s.up()
 	return nil
+}
+
+// settled completes a background Adjust (see coalescer.post). Its caller is
+// gone, so an error that is not an outage (an outage is logged and counted
+// by failed) is logged here.
+func (s *Store) settled(sc *scriptCall) {
+	if err := s.settle(context.Background(), sc); err != nil {
+		s.log.Error("redisstore: settlement failed", "err", err)
+	}
+	putCall(sc)
 }
 
 // dropErr is what a dropped settlement returns: nothing in failure mode open
@@ -423,9 +450,12 @@ func (s *Store) dropErr(cause error) error {
 	return unavailable(cause)
 }
 
-// Close implements store.Store: it closes the Redis client and stops the
-// fallback store's sweeper.
+// Close implements store.Store: it waits for the settlements still being
+// sent in the background (each bounded by the command timeouts), then
+// closes the Redis client and stops the fallback store's sweeper. Calls
+// must not be made during or after Close.
 func (s *Store) Close() error {
+	s.co.close()
 	_ = s.local.Close()
 	return s.client.Close()
 }
