@@ -42,6 +42,15 @@ type fakeLLM struct {
 	// lastBody and lastHeader are the most recent upstream request.
 	lastBody   []byte
 	lastHeader http.Header
+	// lastTokenAt is when the most recent stream started writing its last
+	// content token.
+	lastTokenAt time.Time
+}
+
+func (f *fakeLLM) lastSend() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastTokenAt
 }
 
 func (f *fakeLLM) last() ([]byte, http.Header) {
@@ -130,6 +139,11 @@ func (f *fakeLLM) stream(w http.ResponseWriter, r *http.Request, model string, i
 			case <-r.Context().Done():
 				return
 			}
+		}
+		if i == fakeTokens-1 {
+			f.mu.Lock()
+			f.lastTokenAt = time.Now()
+			f.mu.Unlock()
 		}
 		if !emit(fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":%q,"choices":[{"index":0,"delta":{"content":"tok%d "},"finish_reason":null}]%s}`, model, i, usageNull)) {
 			return
@@ -278,7 +292,7 @@ func deployment(targets []string, retries int, chain ...config.PolicyEntry) *con
 		APIVersion: "sluice/v1",
 		Providers: []config.Provider{{Name: "openai", Type: "openai", Targets: targets,
 			Auth:    &config.Auth{Header: "Authorization", Value: "Bearer upstream-secret"},
-			Retries: &retries, Timeout: config.Duration(2 * time.Second)}},
+			Retries: &retries, Timeout: config.Duration(20 * time.Second)}},
 		Routes: []config.Route{{Name: "r1", Context: "/openai", Provider: "openai", Policies: chain}},
 	}
 }

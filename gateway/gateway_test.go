@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,33 +128,90 @@ func TestStreamingUsageChunk(t *testing.T) {
 // TestStreamingNotBuffered checks that events reach the client as the upstream
 // produces them: with 50ms between upstream chunks, the first and last event
 // must arrive at least 4 gaps apart. A buffering proxy delivers them together.
+// TestStreamingNotBuffered proves that events are forwarded as they arrive,
+// without depending on timing: the upstream sends the first event and then
+// waits until the client has received it before sending the rest. A gateway
+// that buffered would never deliver that first event, and the test would fail
+// on its deadline instead of passing slowly.
 func TestStreamingNotBuffered(t *testing.T) {
-	srv := startUpstream(t, &fakeLLM{})
+	received := make(chan struct{})
+	var once sync.Once
+	srv := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		chunk := func(content, finish string) {
+			fin := "null"
+			if finish != "" {
+				fin = strconv.Quote(finish)
+			}
+			fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":%s}]}\n\n", content, fin)
+			fl.Flush()
+		}
+		chunk("first ", "")
+		select {
+		case <-received:
+		case <-r.Context().Done():
+			return
+		case <-time.After(20 * time.Second):
+			return // the client never saw the first event: the gateway buffers
+		}
+		chunk("second", "stop")
+		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\ndata: [DONE]\n\n")
+		fl.Flush()
+	}))
 	env := startGateway(t, deployment([]string{srv.URL}, 0))
-	c := env.client(option.WithHeader("x-mock-token-delay-ms", "50"))
-	p := chatParams()
-	st := c.Chat.Completions.NewStreaming(context.Background(), p)
-	var times []time.Time
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := env.client()
+	st := c.Chat.Completions.NewStreaming(ctx, chatParams())
+	var got []string
 	for st.Next() {
-		if len(st.Current().Choices) > 0 && st.Current().Choices[0].Delta.Content != "" {
-			times = append(times, time.Now())
+		if ch := st.Current().Choices; len(ch) > 0 && ch[0].Delta.Content != "" {
+			got = append(got, ch[0].Delta.Content)
+			once.Do(func() { close(received) })
 		}
 	}
 	if err := st.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(times) != fakeTokens {
-		t.Fatalf("got %d content events, want %d", len(times), fakeTokens)
+	if strings.Join(got, "|") != "first |second" {
+		t.Fatalf("content events = %q; the first event must reach the client before the upstream sends the second", got)
 	}
-	// The upstream sleeps 50ms before each of chunks 1..4, so unbuffered
-	// delivery spreads them over at least 200ms; allow scheduling slack below.
-	if gap := times[len(times)-1].Sub(times[0]); gap < 180*time.Millisecond {
-		t.Fatalf("first and last event arrived %v apart; the stream is buffered", gap)
-	}
-	for i := 1; i < len(times); i++ {
-		if d := times[i].Sub(times[i-1]); d < 40*time.Millisecond {
-			t.Fatalf("events %d and %d arrived %v apart; want about 50ms", i-1, i, d)
+}
+
+// TestStreamingDelayedTokens: with 50 ms between upstream tokens the client's
+// first event arrives before the upstream has even sent the last one. The
+// comparison is causal (send and receive times of the same run), so a slow
+// machine cannot make a buffered gateway pass.
+func TestStreamingDelayedTokens(t *testing.T) {
+	up := &fakeLLM{}
+	srv := startUpstream(t, up)
+	env := startGateway(t, deployment([]string{srv.URL}, 0))
+	c := env.client(option.WithHeader("x-mock-token-delay-ms", "50"))
+	st := c.Chat.Completions.NewStreaming(context.Background(), chatParams())
+	var first, last time.Time
+	n := 0
+	for st.Next() {
+		if ch := st.Current().Choices; len(ch) > 0 && ch[0].Delta.Content != "" {
+			if n == 0 {
+				first = time.Now()
+			}
+			last = time.Now()
+			n++
 		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != fakeTokens {
+		t.Fatalf("got %d content events, want %d", n, fakeTokens)
+	}
+	sentLast := up.lastSend()
+	if !first.Before(sentLast) {
+		t.Fatalf("first event received at %v, after the upstream sent its last token at %v: the stream is buffered", first, sentLast)
+	}
+	if last.Sub(first) <= 0 {
+		t.Fatalf("first and last events not spread out (%v)", last.Sub(first))
 	}
 }
 
