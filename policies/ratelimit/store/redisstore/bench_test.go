@@ -32,11 +32,13 @@ import (
 //     the usual single-counter baseline.
 //
 // Each reports ns/op, ops/s, p50 and p99 latency of one op; Redis commands
-// per op counted by a client hook (connection setup excluded), which must be
-// exactly 2 for ReserveAdjust (one EVALSHA each) and 1 for RedisRate; round
-// trips per op (a pipeline shared by several ops counts once); and the CPU
-// time per op of this process and of redis-server, which unlike ops/s
-// hardly depends on the machine's other load. BENCH_INFLIGHT sets
+// per op counted by a client hook (connection setup excluded): 2 for
+// ReserveAdjust with one goroutine (one EVALSHA each), fewer when calls are
+// merged into one invocation, and 1 for RedisRate; round trips per op (a
+// pipeline shared by several ops counts once); and the CPU time per op of
+// this process and of redis-server, which unlike ops/s hardly depends on the
+// machine's other load. Settlements still queued in the background when the
+// last op returns (a batch or two) are not counted. BENCH_INFLIGHT sets
 // Options.MaxInFlight.
 //
 //	go test -run '^$' -bench . -benchtime 20000x ./policies/ratelimit/store/redisstore/

@@ -2,11 +2,13 @@
 // (standalone or Cluster) through go-redis v9, so that several gateway
 // replicas enforce one limit.
 //
-// Every call is one round trip: Reserve and Peek run one Lua script over all
-// of the call's keys (all or nothing, atomically), Adjust another. The
-// scripts take the time from redis TIME, so all replicas share one clock.
-// Scripts are sent with EVALSHA and fall back to EVAL on NOSCRIPT (after a
-// restart or SCRIPT FLUSH), which loads them again.
+// Every call is one operation of one Lua script (luaBatch): a Reserve or
+// Peek over all of the call's keys (all or nothing, atomically), or an
+// Adjust. Calls made while the store's round trips are busy are merged into
+// one script invocation (see coalescer). The script takes the time from
+// redis TIME, so all replicas share one clock. It is sent with EVALSHA and
+// falls back to EVAL on NOSCRIPT (after a restart or SCRIPT FLUSH), which
+// loads it again.
 //
 // When Redis is unreachable (connection error, timeout, cluster down) the
 // store follows its failure mode: "open" serves the call from an in-process
@@ -106,10 +108,11 @@ type Options struct {
 	PoolSize int
 	// MaxInFlight bounds the script round trips in flight per store (default
 	// DefaultMaxInFlight). Calls made while all are busy wait and then go
-	// out together in one pipeline, each still one EVALSHA with its own
-	// reply: concurrent requests share socket reads and writes instead of
-	// paying for one each. It is also the number of connections dialed at
-	// start (MinIdleConns), so the first requests do not all dial at once.
+	// out together, merged into one script invocation (one per hash slot on
+	// Cluster), each with its own reply: concurrent requests share the
+	// socket work and Redis's per-script costs instead of paying for them
+	// each. It is also the number of connections dialed at start
+	// (MinIdleConns), so the first requests do not all dial at once.
 	MaxInFlight int
 	// Logger receives rate-limited outage reports (default slog.Default()).
 	Logger *slog.Logger
