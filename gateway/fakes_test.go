@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"net"
@@ -323,11 +324,19 @@ func (s *syncBuffer) String() string {
 
 func startGateway(t *testing.T, d *config.Deployment) *testEnv {
 	t.Helper()
+	return startGatewayWith(t, d, nil)
+}
+
+// startGatewayWith is startGateway with the metrics registry given (nil: a
+// fresh one the test cannot see).
+func startGatewayWith(t *testing.T, d *config.Deployment, reg *prometheus.Registry) *testEnv {
+	t.Helper()
 	rl := newRecLog()
 	logs := &syncBuffer{}
 	gw, base := serveGateway(t, d, Options{
 		Registry: testRegistry(rl),
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:  reg,
 		Backoff:  func(int) time.Duration { return time.Millisecond },
 	})
 	return &testEnv{gw: gw, base: base, log: rl, logs: logs}

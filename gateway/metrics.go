@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	requests     *prometheus.CounterVec   // route, endpoint, status
 	latency      *prometheus.HistogramVec // route, status
+	overhead     *prometheus.HistogramVec // route
 	attempts     *prometheus.CounterVec   // provider, target
 	upstreamErrs *prometheus.CounterVec   // provider, target, reason
 	retries      *prometheus.CounterVec   // provider
@@ -35,6 +36,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from receiving a request to the end of its response (streams included), by route and status.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"route", "status"}),
+		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_gateway_added_seconds",
+			Help:    "Time the gateway itself added to a successful non-streamed request: its whole duration minus the upstream exchange (retries included), by route.",
+			Buckets: []float64{.000025, .00005, .0001, .0002, .0003, .0005, .00075, .001, .002, .005, .01, .025, .05, .1},
+		}, []string{"route"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total",
 			Help: "Upstream attempts (including retries), by provider and target.",
@@ -56,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Proxied requests in flight.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.attempts, m.upstreamErrs, m.retries, m.reloads, m.inflight} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.overhead, m.attempts, m.upstreamErrs, m.retries, m.reloads, m.inflight} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

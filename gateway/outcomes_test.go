@@ -3,6 +3,8 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"net/http"
@@ -246,6 +248,7 @@ func TestOperationsEndpoints(t *testing.T) {
 		`sluice_config_reloads_total{result="success"} 1`,
 		`sluice_inflight_requests 0`,
 		`sluice_request_duration_seconds_count{route="r1",status="200"} 1`,
+		`sluice_gateway_added_seconds_count{route="r1"} 1`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -278,4 +281,45 @@ func TestAnthropicMessages(t *testing.T) {
 			t.Fatalf("stream=%v: finals %+v usage %+v", stream, f, f[0].Usage)
 		}
 	}
+}
+
+// TestAddedLatencyExcludesUpstream: the added-latency histogram counts what the
+// gateway spent, not the upstream's time: with an upstream that takes 150 ms,
+// the recorded added time is the request's duration minus at least 150 ms.
+func TestAddedLatencyExcludesUpstream(t *testing.T) {
+	slow := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(150 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}))
+	reg := prometheus.NewRegistry()
+	env := startGatewayWith(t, deployment([]string{slow.URL}, 0), reg)
+	c := env.client()
+	if _, err := c.Chat.Completions.New(context.Background(), chatParams()); err != nil {
+		t.Fatal(err)
+	}
+	total := histogramSum(t, reg, "sluice_request_duration_seconds")
+	added := histogramSum(t, reg, "sluice_gateway_added_seconds")
+	if total < 0.15 || added > total-0.15 {
+		t.Fatalf("request took %.3fs, gateway added %.3fs: the upstream's 150ms must not count as added", total, added)
+	}
+}
+
+func histogramSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetHistogram().GetSampleSum()
+			}
+			return sum
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
 }

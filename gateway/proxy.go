@@ -36,6 +36,10 @@ type exchange struct {
 	run   *policies.Run
 	// status is the status sent to the client (0 until headers are written).
 	status int
+	// upstreamStart and upstreamDone bracket the upstream exchange of a
+	// non-streamed response (first attempt sent to body fully read), so that
+	// record can observe the time the gateway itself added.
+	upstreamStart, upstreamDone time.Time
 }
 
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
@@ -85,8 +89,13 @@ func (x *exchange) record(start time.Time) {
 		route = x.rt.name
 	}
 	code := strconv.Itoa(status)
+	end := x.g.now()
 	x.g.metrics.requests.WithLabelValues(route, ep, code).Inc()
-	x.g.metrics.latency.WithLabelValues(route, code).Observe(x.g.now().Sub(start).Seconds())
+	x.g.metrics.latency.WithLabelValues(route, code).Observe(end.Sub(start).Seconds())
+	if !x.upstreamDone.IsZero() && status < 300 {
+		added := end.Sub(start) - x.upstreamDone.Sub(x.upstreamStart)
+		x.g.metrics.overhead.WithLabelValues(route).Observe(max(added, 0).Seconds())
+	}
 }
 
 // newCall is the policies.Call for x's request, whose path under the route is
@@ -192,6 +201,7 @@ func (x *exchange) proxy() {
 	}
 
 	x.run.MarkUpstream()
+	x.upstreamStart = g.now()
 	resp, err := g.forward(ctx, p, x.call)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -254,6 +264,7 @@ func (x *exchange) body(resp *http.Response) {
 		x.finish(policies.UpstreamFailed, gerr.Status, nil, err)
 		return
 	}
+	x.upstreamDone = x.g.now()
 	body := buf.Bytes()
 	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.N)
 	if err != nil {
