@@ -272,3 +272,13 @@ func BenchmarkCount(b *testing.B) {
 		})
 	}
 }
+
+func TestWarmLoadsEveryEncoding(t *testing.T) {
+	c := New()
+	c.Warm()
+	for id := range numEncodings {
+		if c.encodings[id].enc == nil {
+			t.Fatalf("encoding %d not loaded by Warm", id)
+		}
+	}
+}

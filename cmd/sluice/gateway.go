@@ -91,6 +91,10 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
+	// Load the tokenizer vocabularies before serving, not on the first requests.
+	tokens := tokencount.New()
+	tokens.Warm()
+
 	gw, err := gateway.New(gateway.Options{
 		Registry: builtin.Registry(),
 		Logger:   logger,
@@ -100,7 +104,7 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 			Now:      time.Now,
 			Counters: counterStore,
 			Pricing:  prices,
-			Tokens:   tokencount.New(),
+			Tokens:   tokens,
 			Metrics:  reg,
 		},
 	})

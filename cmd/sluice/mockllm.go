@@ -33,8 +33,10 @@ func cmdMockLLM(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice mock-llm: %v\n", err)
 		return 1
 	}
+	counter := tokencount.New()
+	counter.Warm()
 	srv := &http.Server{
-		Handler:           mockllm.New(mockllm.Options{Counter: tokencount.New()}),
+		Handler:           mockllm.New(mockllm.Options{Counter: counter}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
