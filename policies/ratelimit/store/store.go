@@ -129,7 +129,10 @@ type Store interface {
 	// Adjust applies deltas[i] (signed; positive charges more, into debt if
 	// need be; negative refunds, never above the capacity) to debits[i]'s
 	// counter in the window t.Window[i] (t from the Reserve result). Adjusting
-	// a window that has ended is a no-op for that debit.
+	// a window that has ended is a no-op for that debit. An implementation may
+	// apply it after returning (redisstore sends settlements in the
+	// background under load): a read of the same counter may briefly not
+	// reflect it, but it is applied exactly once.
 	Adjust(ctx context.Context, debits []Debit, t *Ticket, deltas []int64) error
 	// Peek fills res with the counters' state without charging (Amount is used
 	// only to compute Allowed/RetryAfter as Reserve would).
