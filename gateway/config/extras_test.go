@@ -5,13 +5,12 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"sluice/policies/builtin"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goccy/go-yaml"
-
-	"sluice/policies"
 )
 
 func TestKeyIndex(t *testing.T) {
@@ -82,24 +81,6 @@ func TestDurationYAML(t *testing.T) {
 	}
 }
 
-// defaultRegistry stands in for the built-in api-key-auth and model-access.
-func defaultRegistry() *policies.Registry {
-	type authParams struct {
-		Header string `json:"header,omitempty"`
-	}
-	type accessParams struct {
-		Allow []string `json:"allow,omitempty"`
-	}
-	return policies.NewRegistry(
-		policies.Define("api-key-auth", "v1", "", func(p *authParams, r policies.RouteInfo, s *policies.Services) (policies.Policy, error) {
-			return nopPolicy{}, nil
-		}),
-		policies.Define("model-access", "v1", "", func(p *accessParams, r policies.RouteInfo, s *policies.Services) (policies.Policy, error) {
-			return nopPolicy{}, nil
-		}),
-	)
-}
-
 func TestDefault(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -130,7 +111,7 @@ func TestDefault(t *testing.T) {
 			if gotAuth != tc.authWant {
 				t.Errorf("auth = %q, want %q", gotAuth, tc.authWant)
 			}
-			if err := Check(d, defaultRegistry()); err != nil {
+			if err := Check(d, builtin.Registry()); err != nil {
 				t.Fatal(err)
 			}
 			if len(d.Routes) != 1 || d.Routes[0].Name != "default" || d.Routes[0].Context != "/openai" {
