@@ -6,8 +6,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,12 +15,11 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"sluice/gateway"
+	"sluice/internal/serve"
 )
 
 func main() {
@@ -76,16 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          log.New(stderr, "bareproxy: ", 0),
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
 	fmt.Fprintf(stdout, "bareproxy listening on http://%s -> %s\n", ln.Addr(), target)
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := serve.UntilSignal(srv, ln); err != nil {
 		fmt.Fprintf(stderr, "bareproxy: %v\n", err)
 		return 1
 	}

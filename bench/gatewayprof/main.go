@@ -5,8 +5,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,12 +13,11 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"sluice/gateway"
 	"sluice/gateway/config"
+	"sluice/internal/serve"
 	"sluice/policies"
 	"sluice/policies/builtin"
 	"sluice/tokencount"
@@ -80,17 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gatewayprof: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = gw.Shutdown(shutdown)
-		_ = psrv.Shutdown(shutdown)
-	}()
 	fmt.Fprintf(stdout, "gatewayprof: gateway on http://%s, pprof on http://%s/debug/pprof/\n", ln.Addr(), pln.Addr())
-	if err := gw.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := serve.UntilSignal(gw, ln, psrv); err != nil {
 		fmt.Fprintf(stderr, "gatewayprof: %v\n", err)
 		return 1
 	}

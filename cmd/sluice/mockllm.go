@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"sluice/internal/serve"
 	"sluice/mockllm"
 	"sluice/tokencount"
 )
@@ -39,16 +35,8 @@ func cmdMockLLM(args []string, stdout, stderr io.Writer) int {
 		Handler:           mockllm.New(mockllm.Options{Counter: counter}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
 	fmt.Fprintf(stdout, "sluice mock-llm listening on http://%s\n", ln.Addr())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := serve.UntilSignal(srv, ln); err != nil {
 		fmt.Fprintf(stderr, "sluice mock-llm: %v\n", err)
 		return 1
 	}
