@@ -5,7 +5,6 @@
 package basicratelimit
 
 import (
-	"errors"
 	"time"
 
 	"sluice/gwerror"
@@ -75,9 +74,6 @@ var (
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	if svc.Counters == nil {
-		return nil, errors.New("no counter store")
-	}
 	counters := make([]ratelimit.Counter, len(p.Limits))
 	for i, l := range p.Limits {
 		lim, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Requests)

@@ -5,7 +5,6 @@
 package costratelimit
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -137,9 +136,6 @@ var (
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	if svc.Counters == nil {
-		return nil, errors.New("no counter store")
-	}
 	var counters []ratelimit.Counter
 	add := func(ls []BudgetLimit) ([]int, error) {
 		var idx []int

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -191,9 +190,6 @@ var (
 )
 
 func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	if svc.Counters == nil {
-		return nil, errors.New("no counter store")
-	}
 	a := &Advanced{svc: svc, route: route, shared: true, exceeded: p.OnRateLimitExceeded}
 	var meters []Meter
 	var counters []Counter

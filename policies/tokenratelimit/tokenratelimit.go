@@ -5,7 +5,6 @@
 package tokenratelimit
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -170,9 +169,6 @@ var (
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	if svc.Counters == nil {
-		return nil, errors.New("no counter store")
-	}
 	var counters []ratelimit.Counter
 	add := func(ls [3][]ratelimit.CountLimit, rule string) ([]int, error) {
 		var idx []int
