@@ -18,7 +18,6 @@ package policies
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -28,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/gwerror"
+	"sluice/internal/promreg"
 	"sluice/llmapi"
 	"sluice/policies/ratelimit/store"
 	"sluice/pricing"
@@ -202,16 +202,8 @@ type Services struct {
 // registered under the same descriptor (chains are rebuilt on every reload).
 // With a nil reg it returns c unregistered.
 func RegisterOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
+	c, err := promreg.Reuse(reg, c)
+	if err != nil {
 		panic(fmt.Sprintf("policies: registering metrics: %v", err))
 	}
 	return c

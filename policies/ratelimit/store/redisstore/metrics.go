@@ -1,10 +1,11 @@
 package redisstore
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/internal/promreg"
 )
 
 // Operation labels.
@@ -58,21 +59,10 @@ func (m *metrics) observe(op string, start time.Time) {
 func (m *metrics) error(op, kind string) { m.errors.WithLabelValues(op, kind).Inc() }
 
 // register registers c on reg, or returns the collector already registered
-// under the same descriptor. A nil reg leaves c unregistered.
+// under the same descriptor. A nil reg leaves c unregistered, and so does a
+// different collector holding the name: the store keeps counting rather
+// than fail on a reload.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		// A different collector holds the name: keep counting unregistered
-		// rather than panic on a reload.
-		return c
-	}
+	c, _ = promreg.Reuse(reg, c)
 	return c
 }
