@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+
+	"sluice/policydefs/entry"
 )
 
 //go:generate go run ./gen
@@ -23,29 +25,13 @@ import (
 var files embed.FS
 
 // MetaKeyDoc documents a metadata key a policy reads or writes.
-type MetaKeyDoc struct {
-	Key string `json:"key"`
-	// Phase is "request", "response" or "final".
-	Phase string `json:"phase"`
-	// Optional reads are not required to have a writer earlier in the chain.
-	Optional bool `json:"optional,omitempty"`
-}
+type MetaKeyDoc = entry.MetaKeyDoc
 
 // Def is one catalog entry, the content of policydefs/<name>.<version>.json.
-type Def struct {
-	Name         string          `json:"name"`
-	Version      string          `json:"version"`
-	Description  string          `json:"description"`
-	Reads        []MetaKeyDoc    `json:"reads"`
-	Writes       []MetaKeyDoc    `json:"writes"`
-	ParamsSchema json.RawMessage `json:"paramsSchema"`
-}
-
-// ID is "name/version".
-func (d Def) ID() string { return d.Name + "/" + d.Version }
+type Def = entry.Def
 
 // FileName is the catalog file name of a definition: "<name>.<version>.json".
-func FileName(name, version string) string { return name + "." + version + ".json" }
+func FileName(name, version string) string { return entry.FileName(name, version) }
 
 // All returns every catalog entry sorted by name, then version. The slice is
 // new on each call; ParamsSchema bytes must not be modified.

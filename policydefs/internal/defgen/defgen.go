@@ -18,6 +18,7 @@ import (
 
 	"sluice/policies"
 	"sluice/policies/builtin"
+	"sluice/policydefs/entry"
 )
 
 // DocsPath is the generated documentation, relative to the module root.
@@ -25,28 +26,6 @@ const DocsPath = "docs/policies.md"
 
 // DefsDir is the catalog directory, relative to the module root.
 const DefsDir = "policydefs"
-
-// Entry is the JSON shape of one catalog file. It mirrors Entry;
-// defgen does not import policydefs so that the generator builds even when no
-// catalog file exists yet (policydefs embeds *.json, which must match).
-type Entry struct {
-	Name         string          `json:"name"`
-	Version      string          `json:"version"`
-	Description  string          `json:"description"`
-	Reads        []MetaKeyDoc    `json:"reads"`
-	Writes       []MetaKeyDoc    `json:"writes"`
-	ParamsSchema json.RawMessage `json:"paramsSchema"`
-}
-
-// MetaKeyDoc mirrors MetaKeyDoc.
-type MetaKeyDoc struct {
-	Key      string `json:"key"`
-	Phase    string `json:"phase"`
-	Optional bool   `json:"optional,omitempty"`
-}
-
-// FileName is the catalog file name of a definition: "<name>.<version>.json".
-func FileName(name, version string) string { return name + "." + version + ".json" }
 
 // Output is everything the generator produces, by path relative to the
 // module root.
@@ -61,7 +40,7 @@ func Generate(root string) (Output, error) {
 		return nil, err
 	}
 	out := Output{}
-	var defs []Entry
+	var defs []entry.Def
 	for _, d := range builtin.Registry().All() {
 		def, err := Render(d, comments)
 		if err != nil {
@@ -71,7 +50,7 @@ func Generate(root string) (Output, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", d.ID(), err)
 		}
-		out[filepath.ToSlash(filepath.Join(DefsDir, FileName(d.Name, d.Version)))] = b
+		out[filepath.ToSlash(filepath.Join(DefsDir, entry.FileName(d.Name, d.Version)))] = b
 		defs = append(defs, def)
 	}
 	docs, err := Docs(defs)
@@ -83,29 +62,29 @@ func Generate(root string) (Output, error) {
 }
 
 // Render builds one catalog entry.
-func Render(d *policies.Definition, comments map[string]string) (Entry, error) {
+func Render(d *policies.Definition, comments map[string]string) (entry.Def, error) {
 	schema, err := policies.SchemaJSON(d, comments)
 	if err != nil {
-		return Entry{}, fmt.Errorf("%s: params schema: %w", d.ID(), err)
+		return entry.Def{}, fmt.Errorf("%s: params schema: %w", d.ID(), err)
 	}
-	return Entry{
+	return entry.Def{
 		Name: d.Name, Version: d.Version, Description: d.Description,
 		Reads: metaDocs(d.Reads), Writes: metaDocs(d.Writes),
 		ParamsSchema: schema,
 	}, nil
 }
 
-func metaDocs(keys []policies.MetaKey) []MetaKeyDoc {
-	out := make([]MetaKeyDoc, 0, len(keys))
+func metaDocs(keys []policies.MetaKey) []entry.MetaKeyDoc {
+	out := make([]entry.MetaKeyDoc, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, MetaKeyDoc{Key: k.Key, Phase: k.Phase.String(), Optional: k.Optional})
+		out = append(out, entry.MetaKeyDoc{Key: k.Key, Phase: k.Phase.String(), Optional: k.Optional})
 	}
 	return out
 }
 
 // marshal writes def as indented JSON with a trailing newline, without HTML
 // escaping (descriptions contain "<key>").
-func marshal(def Entry) ([]byte, error) {
+func marshal(def entry.Def) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/invopop/jsonschema"
+
+	"sluice/policydefs/entry"
 )
 
 // docsIntro is the hand-written part of docs/policies.md; edit it here.
@@ -58,8 +60,8 @@ hash: sha256:<64 hex digits>
 `
 
 // Docs renders docs/policies.md from catalog entries.
-func Docs(defs []Entry) ([]byte, error) {
-	sorted := append([]Entry(nil), defs...)
+func Docs(defs []entry.Def) ([]byte, error) {
+	sorted := append([]entry.Def(nil), defs...)
 	sort.Slice(sorted, func(i, j int) bool {
 		if sorted[i].Name != sorted[j].Name {
 			return sorted[i].Name < sorted[j].Name
