@@ -422,9 +422,7 @@ func counterKey(scope, policy, meter string, l store.Limit) string {
 }
 
 // window is a fixed-window limit of max units per d.
-func window(max int64, d time.Duration) store.Limit {
-	return store.Limit{Algorithm: store.FixedWindow, Max: max, Period: d}
-}
+var window = storetest.Window
 
 // used reads a fixed-window counter's usage with Peek (charges nothing).
 func (e *limitsEnv) used(key string, l store.Limit) int64 {

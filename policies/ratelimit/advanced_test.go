@@ -9,13 +9,12 @@ import (
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
 	"sluice/policies/ratelimit/store"
+	"sluice/policies/ratelimit/store/storetest"
 )
 
 const route = "r"
 
-func bucket(max int64, d time.Duration) store.Limit {
-	return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: d}
-}
+var bucket = storetest.Bucket
 
 func quota(name string, limit int64, d string, extra map[string]any) map[string]any {
 	q := map[string]any{"name": name, "limits": []any{map[string]any{"limit": limit, "duration": d}}}

@@ -14,6 +14,7 @@ import (
 
 	"sluice/internal/redistest"
 	"sluice/policies/ratelimit/store"
+	"sluice/policies/ratelimit/store/storetest"
 )
 
 // newTestStore builds a store with a random key prefix, closed at cleanup.
@@ -101,17 +102,7 @@ func (c *cmdCounter) takeTrips() (counts map[string]int, commands, trips int) {
 	return m, n, r
 }
 
-func bucket(max int64, period time.Duration) store.Limit {
-	return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: period}
-}
-
-func window(max int64, period time.Duration) store.Limit {
-	return store.Limit{Algorithm: store.FixedWindow, Max: max, Period: period}
-}
-
-func month(max int64) store.Limit {
-	return store.Limit{Algorithm: store.CalendarMonth, Max: max}
-}
+var bucket, window, month = storetest.Bucket, storetest.Window, storetest.Month
 
 // eventually polls cond every 20 ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {

@@ -200,15 +200,18 @@ func (e *env) denied(r *store.Result, idx int, never bool) {
 	}
 }
 
-func bucket(max int64, period time.Duration) store.Limit {
+// Bucket is a token bucket of max per period.
+func Bucket(max int64, period time.Duration) store.Limit {
 	return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: period}
 }
 
-func window(max int64, period time.Duration) store.Limit {
+// Window is a fixed window of max per period.
+func Window(max int64, period time.Duration) store.Limit {
 	return store.Limit{Algorithm: store.FixedWindow, Max: max, Period: period}
 }
 
-func month(max int64) store.Limit {
+// Month is a calendar-month limit of max.
+func Month(max int64) store.Limit {
 	return store.Limit{Algorithm: store.CalendarMonth, Max: max}
 }
 
@@ -242,7 +245,7 @@ var cases = []testCase{
 }
 
 func testBucketBoundary(e *env) {
-	l := bucket(10, 10*time.Second) // 1 unit/s
+	l := Bucket(10, 10*time.Second) // 1 unit/s
 	d := func(n int64) store.Debit { return debit(e.key("b"), l, n) }
 
 	r := e.reserve(d(10))
@@ -292,7 +295,7 @@ func testBucketRetryCeil(e *env) {
 	if !e.caps.FrozenClock {
 		e.Skip("exact µs rounding needs a frozen clock")
 	}
-	l := bucket(3, time.Second) // 3 units per 1e6 µs
+	l := Bucket(3, time.Second) // 3 units per 1e6 µs
 	k := e.key("b")
 	e.allowed(e.reserve(debit(k, l, 3)))
 	r := e.reserve(debit(k, l, 1))
@@ -305,7 +308,7 @@ func testBucketRetryCeil(e *env) {
 
 func testBucketNever(e *env) {
 	k := e.key("b")
-	l := bucket(5, time.Minute)
+	l := Bucket(5, time.Minute)
 	r := e.reserve(debit(k, l, 6))
 	e.denied(r, 0, true)
 	e.remaining(r, 0, 5, 0)
@@ -316,7 +319,7 @@ func testBucketNever(e *env) {
 }
 
 func testBucketDebt(e *env) {
-	l := bucket(10, 10*time.Second)
+	l := Bucket(10, 10*time.Second)
 	ds := []store.Debit{debit(e.key("b"), l, 4)}
 	r := e.reserve(ds...)
 	e.allowed(r)
@@ -337,7 +340,7 @@ func testBucketDebt(e *env) {
 }
 
 func testBucketRefundCap(e *env) {
-	l := bucket(10, time.Hour)
+	l := Bucket(10, time.Hour)
 	ds := []store.Debit{debit(e.key("b"), l, 2)}
 	r := e.reserve(ds...)
 	e.allowed(r)
@@ -362,7 +365,7 @@ func minuteBounds() (ws int64, end time.Time) {
 }
 
 func testWindowBoundary(e *env) {
-	l := window(5, time.Minute)
+	l := Window(5, time.Minute)
 	k := e.key("w")
 	ws, end := minuteBounds()
 	left := end.Sub(start) // 29.5 s
@@ -401,7 +404,7 @@ func testWindowBoundary(e *env) {
 }
 
 func testWindowRollover(e *env) {
-	l := window(100, time.Hour)
+	l := Window(100, time.Hour)
 	k := e.key("w")
 	s, end := store.WindowStart(store.FixedWindow, time.Hour, start)
 	if s.Minute() != 0 || s.Second() != 0 || end.Sub(s) != time.Hour {
@@ -422,7 +425,7 @@ func testWindowRollover(e *env) {
 }
 
 func testWindowDebt(e *env) {
-	l := window(10, time.Hour)
+	l := Window(10, time.Hour)
 	ds := []store.Debit{debit(e.key("w"), l, 4)}
 	r := e.reserve(ds...)
 	e.allowed(r)
@@ -439,7 +442,7 @@ func testWindowDebt(e *env) {
 }
 
 func testWindowAdjustEnded(e *env) {
-	l := window(10, time.Minute)
+	l := Window(10, time.Minute)
 	k := e.key("w")
 	ds := []store.Debit{debit(k, l, 4)}
 	r1 := e.reserve(ds...)
@@ -463,7 +466,7 @@ func testWindowAdjustEnded(e *env) {
 }
 
 func testMonthJanFeb(e *env) {
-	l := month(1000)
+	l := Month(1000)
 	k := e.key("m")
 	e.clk.Set(time.Date(2025, time.January, 31, 23, 59, 50, 0, time.UTC))
 	r := e.reserve(debit(k, l, 1000))
@@ -493,7 +496,7 @@ func testMonthJanFeb(e *env) {
 }
 
 func testMonthDecJan(e *env) {
-	l := month(50)
+	l := Month(50)
 	k := e.key("m")
 	e.clk.Set(time.Date(2024, time.December, 31, 23, 0, 0, 0, time.UTC))
 	r := e.reserve(debit(k, l, 30))
@@ -516,9 +519,9 @@ func testMonthDecJan(e *env) {
 }
 
 func testAllOrNothing(e *env) {
-	a := debit(e.key("a"), bucket(10, time.Hour), 5)
-	b := debit(e.key("b"), window(10, time.Hour), 5)
-	c := debit(e.key("c"), month(10), 5)
+	a := debit(e.key("a"), Bucket(10, time.Hour), 5)
+	b := debit(e.key("b"), Window(10, time.Hour), 5)
+	c := debit(e.key("c"), Month(10), 5)
 
 	// Pre-charge c so that 5 more does not fit.
 	e.allowed(e.reserve(debit(c.Key, c.Limit, 8)))
@@ -553,8 +556,8 @@ func testAllOrNothing(e *env) {
 }
 
 func testPeek(e *env) {
-	bk := debit(e.key("b"), bucket(10, time.Hour), 4)
-	wk := debit(e.key("w"), window(10, time.Hour), 4)
+	bk := debit(e.key("b"), Bucket(10, time.Hour), 4)
+	wk := debit(e.key("w"), Window(10, time.Hour), 4)
 	for range 3 {
 		p := e.peek(bk, wk)
 		e.allowed(p)
@@ -579,7 +582,7 @@ func testPeek(e *env) {
 }
 
 func testKeysIndependent(e *env) {
-	for _, l := range []store.Limit{bucket(3, time.Hour), window(3, time.Hour), month(3)} {
+	for _, l := range []store.Limit{Bucket(3, time.Hour), Window(3, time.Hour), Month(3)} {
 		k1, k2 := e.key("x."+l.Algorithm.String()), e.key("y."+l.Algorithm.String())
 		e.allowed(e.reserve(debit(k1, l, 3)))
 		e.denied(e.reserve(debit(k1, l, 1)), 0, false)
@@ -591,13 +594,13 @@ func testKeysIndependent(e *env) {
 
 func testInvalid(e *env) {
 	bad := []store.Debit{
-		debit(e.key("i0"), bucket(0, time.Minute), 1),
-		debit(e.key("i1"), bucket(5, 0), 1),
-		debit(e.key("i2"), window(5, 1500*time.Millisecond), 1),
-		debit(e.key("i3"), window(5, time.Minute), -1),
+		debit(e.key("i0"), Bucket(0, time.Minute), 1),
+		debit(e.key("i1"), Bucket(5, 0), 1),
+		debit(e.key("i2"), Window(5, 1500*time.Millisecond), 1),
+		debit(e.key("i3"), Window(5, time.Minute), -1),
 		debit(e.key("i4"), store.Limit{Max: 5, Period: time.Minute}, 1),
 	}
-	good := debit(e.key("ok"), window(5, time.Minute), 1)
+	good := debit(e.key("ok"), Window(5, time.Minute), 1)
 	for _, d := range bad {
 		var r store.Result
 		err := e.s.Reserve(context.Background(), []store.Debit{good, d}, &r)
@@ -636,7 +639,7 @@ func testConcurrentWindow(e *env) {
 		each    = 200
 		max     = 50_000
 	)
-	l := window(max, time.Hour)
+	l := Window(max, time.Hour)
 	k := e.key("hot")
 	var admitted atomic.Int64
 	err := inParallel(workers, func(w int) error {
@@ -677,7 +680,7 @@ func testConcurrentAdjust(e *env) {
 		workers = 32
 		each    = 100
 	)
-	for _, l := range []store.Limit{window(1_000_000, time.Hour), bucket(1_000_000, 1000*time.Hour)} {
+	for _, l := range []store.Limit{Window(1_000_000, time.Hour), Bucket(1_000_000, 1000*time.Hour)} {
 		k := e.key("mix." + l.Algorithm.String())
 		var charged atomic.Int64
 		err := inParallel(workers, func(w int) error {
