@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 
 	"sluice/gateway/config"
 	"sluice/gwerror"
+	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/sharedctx"
@@ -302,24 +302,7 @@ type testEnv struct {
 	gw   *Gateway
 	base string // http://127.0.0.1:port
 	log  *recLog
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *proctest.Buffer
 }
 
 func startGateway(t *testing.T, d *config.Deployment) *testEnv {
@@ -332,7 +315,7 @@ func startGateway(t *testing.T, d *config.Deployment) *testEnv {
 func startGatewayWith(t *testing.T, d *config.Deployment, reg *prometheus.Registry) *testEnv {
 	t.Helper()
 	rl := newRecLog()
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	gw, base := serveGateway(t, d, Options{
 		Registry: testRegistry(rl),
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -12,6 +12,7 @@ import (
 
 	"sluice/gateway/config"
 	"sluice/gwerror"
+	"sluice/internal/proctest"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
@@ -32,7 +33,7 @@ const (
 // startBuiltinGateway serves d with the built-in policies, an in-memory
 // counter store, the embedded price table and the real tokenizer, all on the
 // frozen clock.
-func startBuiltinGateway(t *testing.T, d *config.Deployment) (base string, logs *syncBuffer) {
+func startBuiltinGateway(t *testing.T, d *config.Deployment) (base string, logs *proctest.Buffer) {
 	t.Helper()
 	now := func() time.Time { return quotaNow }
 	counters := memstore.New(memstore.Options{Now: now, SweepEvery: -1})
@@ -41,7 +42,7 @@ func startBuiltinGateway(t *testing.T, d *config.Deployment) (base string, logs 
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs = &syncBuffer{}
+	logs = &proctest.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	_, base = serveGateway(t, d, Options{
 		Registry: builtin.Registry(),
