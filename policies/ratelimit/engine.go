@@ -254,10 +254,15 @@ func (e *Engine) Peek(ctx context.Context, scope *Scope, sel []int, res *store.R
 
 func (e *Engine) storeReserve(ctx context.Context, debits []store.Debit, res *store.Result) error {
 	start := time.Now()
-	err := e.store.Reserve(ctx, debits, res)
-	e.m.storeLatency[opReserve].Observe(time.Since(start).Seconds())
+	return e.observe(opReserve, start, e.store.Reserve(ctx, debits, res))
+}
+
+// observe records a store call of op that started at start and returns its
+// error.
+func (e *Engine) observe(op int, start time.Time, err error) error {
+	e.m.storeLatency[op].Observe(time.Since(start).Seconds())
 	if err != nil {
-		e.m.storeErrors[opReserve].Inc()
+		e.m.storeErrors[op].Inc()
 	}
 	return err
 }
@@ -298,12 +303,7 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 
 func (e *Engine) storePeek(ctx context.Context, debits []store.Debit, res *store.Result) error {
 	start := time.Now()
-	err := e.store.Peek(ctx, debits, res)
-	e.m.storeLatency[opPeek].Observe(time.Since(start).Seconds())
-	if err != nil {
-		e.m.storeErrors[opPeek].Inc()
-	}
-	return err
+	return e.observe(opPeek, start, e.store.Peek(ctx, debits, res))
 }
 
 func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {

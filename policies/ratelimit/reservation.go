@@ -145,10 +145,7 @@ func (r *Reservation) resolve(kind Resolution, actual *Amounts) bool {
 // request's cancellation; failures are logged and counted, never surfaced.
 func (e *Engine) adjust(r *Reservation) {
 	start := time.Now()
-	err := e.store.Adjust(context.Background(), r.debits, &r.ticket, r.deltas)
-	e.m.storeLatency[opAdjust].Observe(time.Since(start).Seconds())
-	if err != nil {
-		e.m.storeErrors[opAdjust].Inc()
+	if err := e.observe(opAdjust, start, e.store.Adjust(context.Background(), r.debits, &r.ticket, r.deltas)); err != nil {
 		e.logger.Warn("rate-limit settlement failed", "policy", e.policy, "route", e.route.RouteName, "err", err)
 	}
 }
