@@ -19,7 +19,10 @@ const (
 // (one per reload, or replicas in a test): registration reuses collectors
 // already registered under the same names.
 type metrics struct {
-	latency  *prometheus.HistogramVec
+	latency *prometheus.HistogramVec
+	// byOp holds latency's observers of the three operations, looked up
+	// once rather than by label on every call.
+	byOp     [3]prometheus.Observer
 	errors   *prometheus.CounterVec
 	local    *prometheus.CounterVec
 	fallback prometheus.Gauge
@@ -27,7 +30,7 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	return &metrics{
+	m := &metrics{
 		latency: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_redis_store_op_duration_seconds",
 			Help:    "Latency of one Redis counter store round trip, by operation (reserve, adjust, peek).",
@@ -50,10 +53,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Settlements of Redis reservations dropped because Redis was unreachable (their keys expire).",
 		})),
 	}
+	for i, op := range []string{opReserve, opAdjust, opPeek} {
+		m.byOp[i] = m.latency.WithLabelValues(op)
+	}
+	return m
 }
 
 func (m *metrics) observe(op string, start time.Time) {
-	m.latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	var o prometheus.Observer
+	switch op {
+	case opReserve:
+		o = m.byOp[0]
+	case opAdjust:
+		o = m.byOp[1]
+	case opPeek:
+		o = m.byOp[2]
+	default:
+		o = m.latency.WithLabelValues(op)
+	}
+	o.Observe(time.Since(start).Seconds())
 }
 
 func (m *metrics) error(op, kind string) { m.errors.WithLabelValues(op, kind).Inc() }
