@@ -161,7 +161,15 @@ func (s *Store) eval(debits []store.Debit, res *store.Result, charge bool) error
 		l := &d.Limit
 		if sl.dup >= 0 {
 			p := &slots[sl.dup]
-			sl.c, sl.base, sl.cur = p.c, p.base, p.after
+			sl.c = p.c
+			if debits[sl.dup].Limit.Algorithm == l.Algorithm {
+				sl.base, sl.cur = p.base, p.after
+			} else {
+				// The earlier debit leaves a state of another algorithm,
+				// which counts as absent.
+				sl.cur = store.Absent(*l, now)
+				sl.base = sl.cur
+			}
 		} else {
 			if c := sl.sh.m[d.Key]; c != nil && c.alg == l.Algorithm {
 				sl.c, sl.cur = c, c.st.Advance(*l, now)

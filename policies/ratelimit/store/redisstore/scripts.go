@@ -59,14 +59,6 @@ local function month_bounds(s)
   return days_from_civil(y, m, 1) * 86400, days_from_civil(ny, nm, 1) * 86400
 end
 
--- window returns the start (s) and end (s) of the window holding now_s.
-local function window(alg, per_us, now_s)
-  if alg == 3 then return month_bounds(now_s) end
-  local per_s = per_us / 1000000
-  local ws = floor(now_s / per_s) * per_s
-  return ws, ws + per_s
-end
-
 -- decode returns a stored state (a, b) when raw (a GET/MGET reply) was
 -- written by alg, else nil. The text format of earlier versions is read
 -- too: its first byte is the algorithm's digit.
@@ -216,9 +208,16 @@ local function reserve(base, n, charge, args, pos)
       if KEYS[base + q] == key then j = q break end
     end
     if j > 0 then
+      -- The earlier debit's charge is what this one sees, unless it was
+      -- under another algorithm: that state counts as absent.
       local oj = (j - 1) * 10
-      ba, bb, ca, cb = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8]
       st[oj + 9] = false
+      if st[oj + 1] == a then
+        ba, bb, ca, cb = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8]
+      else
+        ca, cb = advance(a, m, p, nil, nil, now, ws)
+        ba, bb = ca, cb
+      end
     else
       local sa, sb = decode(read(base, i, key), a)
       ca, cb = advance(a, m, p, sa, sb, now, ws)
@@ -258,16 +257,7 @@ local function reserve(base, n, charge, args, pos)
           redis.call('SET', key, v, 'KEEPTTL')
           cur[key] = v
         else
-          -- A window state a is normally the current window (ending at
-          -- we); only a key repeated under another algorithm can hold
-          -- anything else.
-          if ai ~= 1 then
-            local ws
-            if ai == 3 then ws = mws else ws = we - pi / 1000000 end
-            if a ~= ws then _, we = window(ai, pi, a) end
-          end
           cur[key] = store(key, ai, mi, pi, a, b, now, we)
-          we = st[o + 4]
         end
       end
     else

@@ -239,6 +239,7 @@ var cases = []testCase{
 	{"AllOrNothing", testAllOrNothing},
 	{"PeekDoesNotCharge", testPeek},
 	{"KeysIndependent", testKeysIndependent},
+	{"OtherAlgorithmIsAbsent", testOtherAlgorithm},
 	{"InvalidLimit", testInvalid},
 	{"Concurrent/FixedWindowNeverOverAdmits", testConcurrentWindow},
 	{"Concurrent/ReserveAdjustInvariant", testConcurrentAdjust},
@@ -590,6 +591,31 @@ func testKeysIndependent(e *env) {
 		e.allowed(r)
 		e.remaining(r, 0, 0, 0)
 	}
+}
+
+// A counter holding a state of another algorithm than the debit's counts as
+// absent, whether the state was stored by an earlier call or by an earlier
+// debit of the same call; the last debit's state is what stays.
+func testOtherAlgorithm(e *env) {
+	k := e.key("o")
+	b, w := debit(k, Bucket(10, time.Minute), 4), debit(k, Window(10, time.Hour), 3)
+	e.allowed(e.reserve(b))
+	r := e.reserve(w)
+	e.allowed(r)
+	e.remaining(r, 0, 7, 0)
+	e.remaining(e.peek(b), 0, 10, 0)
+
+	k2 := e.key("o2")
+	b.Key, w.Key = k2, k2
+	r = e.reserve(b, w)
+	e.allowed(r)
+	e.remaining(r, 0, 6, 0)
+	e.remaining(r, 1, 7, 0)
+	if ws, _ := store.WindowBounds(store.FixedWindow, time.Hour, e.clk.Now().UnixMicro()); r.Ticket.Window[1] != ws {
+		e.Errorf("Ticket.Window[1] = %d, want the window's start %d", r.Ticket.Window[1], ws)
+	}
+	e.remaining(e.peek(w), 0, 7, 0)
+	e.remaining(e.peek(b), 0, 10, 0)
 }
 
 func testInvalid(e *env) {
