@@ -332,8 +332,8 @@ func invocation(calls []*scriptCall) (keys []string, args []any) {
 }
 
 // distribute hands each call of one invocation its reply: the invocation's
-// error to all, or its own element of the reply (a string is the message of
-// an operation that failed on its own).
+// error to all, or its own element of the reply (an array holds the message
+// of an operation that failed on its own).
 func distribute(calls []*scriptCall, cmd *redis.Cmd) {
 	err := cmd.Err()
 	var vals []any
@@ -348,8 +348,8 @@ func distribute(calls []*scriptCall, cmd *redis.Cmd) {
 			m.err = err
 			continue
 		}
-		if msg, ok := vals[i].(string); ok {
-			m.err = scriptError(msg)
+		if failed, ok := vals[i].([]any); ok {
+			m.err = scriptError(fmt.Sprint(failed...))
 			continue
 		}
 		m.reply = vals[i]

@@ -337,41 +337,38 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, r
 		return s.failed(ctx, op, err, func() error { return s.fallback(ctx, op, debits, res, err) })
 	}
 	s.up()
-	reply, ok := sc.reply.([]any)
-	if !ok || len(reply) != 4+3*len(debits) || !fillResult(res, reply) {
+	reply, ok := sc.reply.(string)
+	if !ok || !fillResult(res, reply) {
 		s.m.error(op, "reply")
-		return fmt.Errorf("redisstore: %s: malformed script reply %T of %d values", op, sc.reply, len(reply))
+		return fmt.Errorf("redisstore: %s: malformed script reply %T for %d debits", op, sc.reply, len(debits))
 	}
 	res.Ticket.Origin = OriginRedis
 	return nil
 }
 
-// fillResult copies a reserve/peek reply (see luaBatch) into res, sized for
-// its debits; false when a value is not an integer.
-func fillResult(res *store.Result, reply []any) bool {
-	var v [4]int64
-	for i := range v {
-		n, ok := reply[i].(int64)
-		if !ok {
-			return false
-		}
-		v[i] = n
+// fillResult copies a reserve/peek reply (see luaBatch: 4 + 3n little-endian
+// doubles, all integers) into res, sized for its n debits; false when the
+// reply has another length.
+func fillResult(res *store.Result, reply string) bool {
+	n := len(res.Remaining)
+	if len(reply) != 8*(4+3*n) {
+		return false
 	}
-	res.Allowed = v[0] == 1
-	res.Denied = int(v[1])
-	res.RetryAfter = store.FromMicros(v[2])
-	res.Never = v[3] == 1
-	for i := range res.Remaining {
+	v := func(i int) int64 {
+		b := reply[8*i : 8*i+8]
+		u := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+		return int64(math.Float64frombits(u))
+	}
+	res.Allowed = v(0) == 1
+	res.Denied = int(v(1))
+	res.RetryAfter = store.FromMicros(v(2))
+	res.Never = v(3) == 1
+	for i := range n {
 		o := 4 + 3*i
-		rem, ok1 := reply[o].(int64)
-		reset, ok2 := reply[o+1].(int64)
-		win, ok3 := reply[o+2].(int64)
-		if !ok1 || !ok2 || !ok3 {
-			return false
-		}
-		res.Remaining[i] = rem
-		res.ResetAfter[i] = store.FromMicros(reset)
-		res.Ticket.Window[i] = win
+		res.Remaining[i] = v(o)
+		res.ResetAfter[i] = store.FromMicros(v(o + 1))
+		res.Ticket.Window[i] = v(o + 2)
 	}
 	return true
 }
