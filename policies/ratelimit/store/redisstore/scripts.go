@@ -192,6 +192,14 @@ local fmts = {}
 
 -- pack_doubles packs t[1..k] as little-endian doubles.
 local function pack_doubles(t, k)
+  if k <= 200 then
+    local f = fmts[k]
+    if not f then
+      f = '<' .. string.rep('d', k)
+      fmts[k] = f
+    end
+    return pack(f, unpack(t, 1, k))
+  end
   local parts = {}
   for i = 1, k, 200 do
     local j = i + 199
@@ -203,7 +211,6 @@ local function pack_doubles(t, k)
     end
     parts[#parts + 1] = pack(f, unpack(t, i, j))
   end
-  if #parts == 1 then return parts[1] end
   return table.concat(parts)
 end
 
