@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -157,16 +159,18 @@ func TestBatchOperationFailsAlone(t *testing.T) {
 	ctx := context.Background()
 	s := newTestStore(t, Options{URL: url})
 	good := []store.Debit{{Key: "{f}a", Limit: window(100, time.Hour), Amount: 3}}
-	// A negative period makes the bucket's TTL negative: SET ... PX fails
-	// (validation in Reserve would reject it; the script is called directly).
-	bad := []store.Debit{{Key: "{f}b", Limit: store.Limit{Algorithm: store.TokenBucket, Max: 10, Period: -time.Hour}, Amount: 1}}
+	// A bucket whose period is NaN (no Limit can say so: the packed
+	// argument is overwritten below) gets a NaN expiry: SET ... PXAT fails.
+	bad := []store.Debit{{Key: "{f}b", Limit: bucket(10, time.Hour), Amount: 1}}
 	ops := []batchOp{{kind: kindReserve, debits: good}, {kind: kindReserve, debits: bad}, {kind: kindReserve, debits: good}}
 	calls := make([]*scriptCall, len(ops))
 	for i := range ops {
 		calls[i] = newOpCall(t, s, &ops[i])
 	}
+	// The header (3 bytes), alg and max (8 each), then the period.
+	binary.LittleEndian.PutUint64(calls[1].num[19:], math.Float64bits(math.NaN()))
 	s.co.send(ctx, calls)
-	if calls[1].err == nil || !strings.Contains(calls[1].err.Error(), "expire") {
+	if calls[1].err == nil || !strings.Contains(calls[1].err.Error(), "not an integer") {
 		t.Fatalf("bad op: err %v, reply %v; want the SET error", calls[1].err, calls[1].reply)
 	}
 	for _, i := range []int{0, 2} {
@@ -181,7 +185,10 @@ func TestBatchOperationFailsAlone(t *testing.T) {
 }
 
 // A window key written again in its window keeps the TTL of its first write
-// (until 1 s past the window's end); a bucket's TTL follows its level.
+// (until 1 s past the window's end). A bucket key lives at least until the
+// bucket is full again plus 1 s, and at most one period longer (the slack
+// that lets most writes keep the TTL), however its level moves; a bucket
+// that fills up is deleted.
 func TestTTLs(t *testing.T) {
 	url := redistest.URL(t)
 	ctx := context.Background()
@@ -192,7 +199,9 @@ func TestTTLs(t *testing.T) {
 		{Key: "{ttl}w", Limit: window(100, time.Hour), Amount: 1},
 		{Key: "{ttl}b", Limit: bucket(100, 100*time.Second), Amount: 50},
 	}
-	check := func(what string) {
+	// missing is the bucket's units below full; at 1 unit/s it is full
+	// again in missing seconds.
+	check := func(what string, missing int) time.Duration {
 		t.Helper()
 		tw, err := c.PTTL(ctx, s.prefix+"{ttl}w").Result()
 		if err != nil {
@@ -207,25 +216,42 @@ func TestTTLs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// 50 missing of 100 at 1/s: full in 50 s, TTL 51 s.
-		if tb < 45*time.Second || tb > 52*time.Second {
-			t.Fatalf("%s: bucket TTL %v, want about 51s", what, tb)
+		need := time.Duration(missing)*time.Second + time.Second
+		if tb < need-5*time.Second || tb > need+100*time.Second+time.Second {
+			t.Fatalf("%s: bucket TTL %v, want between %v and %v", what, tb, need, need+100*time.Second)
 		}
+		return tb
 	}
 	var res store.Result
+	var first time.Duration
 	for i := range 3 {
 		if err := s.Reserve(ctx, ds, &res); err != nil || !res.Allowed {
 			t.Fatalf("Reserve: %v %v", err, res.Allowed)
 		}
 		if i == 0 {
 			ds[1].Amount = 0 // keep the bucket at 50 missing
-			check("first write")
+			first = check("first write", 50)
 			continue
 		}
-		check(fmt.Sprintf("write %d", i+1))
+		// Nothing needs a longer life: the TTL of the first write is kept.
+		if tb := check(fmt.Sprintf("write %d", i+1), 50); tb > first {
+			t.Fatalf("write %d: bucket TTL grew from %v to %v", i+1, first, tb)
+		}
 	}
-	if err := s.Adjust(ctx, ds, &res.Ticket, []int64{5, 0}); err != nil {
+	if err := s.Adjust(ctx, ds, &res.Ticket, []int64{5, 5}); err != nil {
 		t.Fatal(err)
 	}
-	check("after adjust")
+	check("after adjust", 55)
+	// Debt of 250: full again in 350 s, beyond the expiry set so far.
+	if err := s.Adjust(ctx, ds, &res.Ticket, []int64{0, 295}); err != nil {
+		t.Fatal(err)
+	}
+	check("after debt", 350)
+	// A refund that fills the bucket deletes it: absent is full.
+	if err := s.Adjust(ctx, ds[1:], &store.Ticket{Window: []int64{0}}, []int64{-400}); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, s.prefix+"{ttl}b").Val(); n != 0 {
+		t.Fatal("a bucket that filled up is still stored")
+	}
 }
