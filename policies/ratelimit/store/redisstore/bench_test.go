@@ -26,6 +26,7 @@ import (
 //   - ReserveAdjust: one Reserve over three counters of one scope (a
 //     per-minute token bucket, a day window, a month budget; one hash tag)
 //     followed by one Adjust of all three, as a request does.
+//   - ReserveAdjustBusy: the same with a bucket that stays below full.
 //   - ReserveAdjust1: the same over one counter (the per-minute bucket),
 //     the shape of redis_rate's single key.
 //   - RedisRate: github.com/go-redis/redis_rate/v10 Allow (GCRA, one key),
@@ -49,6 +50,21 @@ func BenchmarkReserveAdjust(b *testing.B) {
 	benchReserveAdjust(b, func(tag string) []store.Debit {
 		return []store.Debit{
 			{Key: tag + ":total:1m", Limit: bucket(1<<40, time.Minute), Amount: 500},
+			{Key: tag + ":total:1d", Limit: window(1<<40, 24*time.Hour), Amount: 500},
+			{Key: tag + ":cost:month", Limit: month(1 << 40), Amount: 2000},
+		}
+	}, []int64{-120, -120, -480})
+}
+
+// BenchmarkReserveAdjustBusy is ReserveAdjust with a bucket that stays in
+// use (10M per hour: each request leaves it below full), as a busy
+// consumer's is; ReserveAdjust's per-minute bucket of 2^40 is full again
+// before the next request, so each reservation creates its key and each
+// settlement deletes it.
+func BenchmarkReserveAdjustBusy(b *testing.B) {
+	benchReserveAdjust(b, func(tag string) []store.Debit {
+		return []store.Debit{
+			{Key: tag + ":total:1h", Limit: bucket(1e7, time.Hour), Amount: 500},
 			{Key: tag + ":total:1d", Limit: window(1<<40, 24*time.Hour), Amount: 500},
 			{Key: tag + ":cost:month", Limit: month(1 << 40), Amount: 2000},
 		}
