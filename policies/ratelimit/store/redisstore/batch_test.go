@@ -255,3 +255,23 @@ func TestTTLs(t *testing.T) {
 		t.Fatal("a bucket that filled up is still stored")
 	}
 }
+
+// A reservation over more debits than one struct.pack call takes (the reply
+// of 4 + 3n doubles is packed in parts beyond 200) still gets every value.
+func TestReserveManyDebits(t *testing.T) {
+	ctx := context.Background()
+	s := newTestStore(t, Options{URL: redistest.URL(t)})
+	ds := make([]store.Debit, 100)
+	for i := range ds {
+		ds[i] = store.Debit{Key: fmt.Sprintf("{many}k%d", i), Limit: window(1000, time.Hour), Amount: int64(i)}
+	}
+	var res store.Result
+	if err := s.Reserve(ctx, ds, &res); err != nil || !res.Allowed {
+		t.Fatalf("Reserve: %v allowed=%v", err, res.Allowed)
+	}
+	for i, rem := range res.Remaining {
+		if rem != 1000-int64(i) || res.Ticket.Window[i] == 0 {
+			t.Fatalf("debit %d: remaining %d window %d, want %d and the window's start", i, rem, res.Ticket.Window[i], 1000-i)
+		}
+	}
+}

@@ -222,29 +222,25 @@ local cur = {}
 -- entries, written by the current operation, are read.
 local st, rep = {}, {}
 
--- fmts caches struct formats of k doubles.
+-- fmt returns the struct format of k doubles, cached in fmts.
 local fmts = {}
-
--- pack_doubles packs t[1..k] as little-endian doubles.
-local function pack_doubles(t, k)
-  if k <= 200 then
-    local f = fmts[k]
-    if not f then
-      f = '<' .. string.rep('d', k)
-      fmts[k] = f
-    end
-    return pack(f, unpack(t, 1, k))
+local function fmt(k)
+  local f = fmts[k]
+  if not f then
+    f = '<' .. string.rep('d', k)
+    fmts[k] = f
   end
+  return f
+end
+
+-- pack_doubles packs t[1..k] as little-endian doubles: at once up to 200
+-- (unpack's values go on the Lua stack), else in parts.
+local function pack_doubles(t, k)
+  if k <= 200 then return pack(fmt(k), unpack(t, 1, k)) end
   local parts = {}
   for i = 1, k, 200 do
-    local j = i + 199
-    if j > k then j = k end
-    local f = fmts[j - i + 1]
-    if not f then
-      f = '<' .. string.rep('d', j - i + 1)
-      fmts[j - i + 1] = f
-    end
-    parts[#parts + 1] = pack(f, unpack(t, i, j))
+    local j = math.min(i + 199, k)
+    parts[#parts + 1] = pack(fmt(j - i + 1), unpack(t, i, j))
   end
   return table.concat(parts)
 end
