@@ -377,8 +377,11 @@ func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int6
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// The engine keeps a scope's counters in one group (store.Debit.Group).
+	group := "{replicas:" + replicaAppID + "}:token-based-ratelimit"
 	debits := []store.Debit{{
-		Key:   "{replicas:" + replicaAppID + "}:token-based-ratelimit:total:window-1h",
+		Key:   group + ":total:window-1h",
+		Group: group,
 		Limit: store.Limit{Algorithm: store.FixedWindow, Max: limit, Period: time.Hour},
 	}}
 	var res store.Result

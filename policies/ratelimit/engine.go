@@ -59,6 +59,9 @@ type Engine struct {
 	store    store.Store
 	logger   *slog.Logger
 	keyFn    func(scope string, counter int) string
+	// standardKeys: keyFn is StandardKey, so a scope's counters share its
+	// hash tag and are kept in one store group (Scope.Group).
+	standardKeys bool
 
 	scopes    sync.Map // scope id -> *Scope
 	scopeN    atomic.Int64
@@ -68,11 +71,15 @@ type Engine struct {
 	allCounts []int
 }
 
-// Scope is a resolved counter scope: its name and the key of every counter of
-// the engine under it. Immutable once built.
+// Scope is a resolved counter scope: its name, the key of every counter of
+// the engine under it, and the store.Debit.Group they are kept in. Immutable
+// once built.
 type Scope struct {
 	Name string
 	Keys []string
+	// Group is "{scope}:<policy>" with the standard keys; empty with a custom
+	// key function, whose keys need not share a scope.
+	Group string
 }
 
 // New builds an engine. The store is required.
@@ -108,6 +115,7 @@ func New(o Options) (*Engine, error) {
 	}
 	if e.keyFn == nil {
 		e.keyFn = e.StandardKey
+		e.standardKeys = true
 	}
 	e.results.New = func() any { return new(store.Result) }
 	e.m = newMetrics(svc.Metrics, o.Route.RouteName, o.Policy, o.Meters)
@@ -156,6 +164,9 @@ func (e *Engine) Scope(id string, name func(id string) string) *Scope {
 	s := &Scope{Name: name(id), Keys: make([]string, len(e.counters))}
 	for i := range e.counters {
 		s.Keys[i] = e.keyFn(s.Name, i)
+	}
+	if e.standardKeys {
+		s.Group = "{" + s.Name + "}:" + e.policy
 	}
 	if e.scopeN.Add(1) > maxCachedScopes {
 		e.scopes.Clear()
@@ -247,7 +258,7 @@ func (e *Engine) Peek(ctx context.Context, scope *Scope, sel []int, res *store.R
 	var arr [inlineDebits]store.Debit
 	debits := arr[:0]
 	for _, i := range sel {
-		debits = append(debits, store.Debit{Key: scope.Keys[i], Limit: e.counters[i].Limit})
+		debits = append(debits, store.Debit{Key: scope.Keys[i], Group: scope.Group, Limit: e.counters[i].Limit})
 	}
 	return e.storePeek(ctx, debits, res)
 }

@@ -134,3 +134,61 @@ func TestModelMatcher(t *testing.T) {
 		}
 	}
 }
+
+// groupRecorder records the store.Debit.Group of every call.
+type groupRecorder struct {
+	store.Store
+	groups []string
+}
+
+func (g *groupRecorder) note(ds []store.Debit) {
+	for _, d := range ds {
+		g.groups = append(g.groups, d.Group)
+	}
+}
+
+func (g *groupRecorder) Reserve(ctx context.Context, d []store.Debit, r *store.Result) error {
+	g.note(d)
+	return g.Store.Reserve(ctx, d, r)
+}
+
+func (g *groupRecorder) Adjust(ctx context.Context, d []store.Debit, t *store.Ticket, deltas []int64) error {
+	g.note(d)
+	return g.Store.Adjust(ctx, d, t, deltas)
+}
+
+// With the standard keys every counter of a scope is charged and settled in
+// the group "{scope}:<policy>"; quotas keyed differently (their keys share
+// only the route's tag) are charged without a group.
+func TestDebitGroups(t *testing.T) {
+	team := map[string]any{"keyExtraction": []any{map[string]any{"type": "header", "key": "X-Team"}}}
+	cases := []struct {
+		name   string
+		quotas []any
+		want   string
+	}{
+		{"standard keys", []any{quota("q", 10, "1m", nil), quota("r", 10, "1h", nil)}, "{r}:" + ratelimit.AdvancedName},
+		{"quotas keyed differently", []any{quota("q", 10, "1m", team), quota("r", 10, "1h", nil)}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := ratelimittest.New(t, ratelimit.Definition())
+			rec := &groupRecorder{Store: h.Store}
+			h.Svc.Counters = rec
+			ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": tc.quotas}))
+			call := h.Call(route, ratelimittest.Req{})
+			call.Request.Header.Set("X-Team", "blue")
+			if gerr, _ := h.Do(ch, call, ratelimittest.Completed(nil)); gerr != nil {
+				t.Fatal(gerr)
+			}
+			if len(rec.groups) < 2 {
+				t.Fatalf("%d debits recorded, want a reservation's", len(rec.groups))
+			}
+			for _, g := range rec.groups {
+				if g != tc.want {
+					t.Fatalf("groups %q, want all %q", rec.groups, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -74,7 +74,7 @@ func (r *Reservation) fill(e *Engine, a *Admission) {
 	}
 	for j, i := range a.Counters {
 		c := e.counters[i]
-		r.debits[j] = store.Debit{Key: a.Scope.Keys[i], Limit: c.Limit, Amount: a.amount(c.Meter)}
+		r.debits[j] = store.Debit{Key: a.Scope.Keys[i], Group: a.Scope.Group, Limit: c.Limit, Amount: a.amount(c.Meter)}
 	}
 }
 

@@ -54,7 +54,18 @@ type Debit struct {
 	// Key identifies the counter: scope, dimension and period, never the limit
 	// value, so editing a limit keeps the usage counted. It carries a Redis
 	// hash tag ("{scope}...") shared by all debits of one Reserve call.
-	Key    string
+	Key string
+	// Group, when not empty, names the set of counters Key is kept with: one
+	// policy instance's counters of one scope (the engine sets it to
+	// "{scope}:<policy>"). It carries the same hash tag as Key. A store may
+	// keep a group's counters in one record (redisstore keeps them in one
+	// Redis value, so that a reservation reads and writes one key however
+	// many counters it charges); memstore ignores it. A counter is still
+	// identified by Key within its group, so adding or removing counters of
+	// a group keeps the others' usage. Contract: a counter is given the same
+	// Group on every call, and the debits of one call share one Group or
+	// have none.
+	Group  string
 	Limit  Limit
 	Amount int64 // >= 0
 }

@@ -29,15 +29,9 @@ type batchOp struct {
 func newOpCall(t *testing.T, s *Store, op *batchOp) *scriptCall {
 	t.Helper()
 	sc := getCall()
-	if err := s.keys(sc, op.debits); err != nil {
+	if err := s.prepare(sc, op.kind, op.debits, op.ticket.Window, op.deltas); err != nil {
 		t.Fatal(err)
 	}
-	if op.kind == kindAdjust {
-		sc.num = packAdjust(sc.num[:0], op.debits, op.ticket.Window, op.deltas)
-	} else {
-		sc.num = packReserve(sc.num[:0], op.kind, op.debits)
-	}
-	sc.clock = s.clock()
 	return sc
 }
 
@@ -48,8 +42,8 @@ func newOpCall(t *testing.T, s *Store, op *batchOp) *scriptCall {
 func TestBatchMatchesGoArithmetic(t *testing.T) {
 	url := redistest.URL(t)
 	ctx := context.Background()
-	for seed := range uint64(6) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+	for seed, layout := range eachLayout(6) {
+		t.Run(fmt.Sprint(layout, seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			now := time.Date(2025, time.February, 27, 22, 0, 0, 0, time.UTC)
 			rs := newTestStore(t, Options{URL: url})
@@ -92,7 +86,7 @@ func TestBatchMatchesGoArithmetic(t *testing.T) {
 						if rng.IntN(10) == 0 {
 							l = rng.IntN(len(limits))
 						}
-						op.debits[j] = store.Debit{Key: fmt.Sprintf("{s}k%d", k), Limit: limits[l], Amount: rng.Int64N(limits[l].Max + 2)}
+						op.debits[j] = store.Debit{Key: fmt.Sprintf("{s}k%d", k), Group: layout.group("{s}g"), Limit: limits[l], Amount: rng.Int64N(limits[l].Max + 2)}
 					}
 				}
 				calls := make([]*scriptCall, len(ops))
@@ -167,8 +161,8 @@ func TestBatchOperationFailsAlone(t *testing.T) {
 	for i := range ops {
 		calls[i] = newOpCall(t, s, &ops[i])
 	}
-	// The header (3 bytes), alg and max (8 each), then the period.
-	binary.LittleEndian.PutUint64(calls[1].num[19:], math.Float64bits(math.NaN()))
+	// The header (7 bytes), alg and max (8 each), then the period.
+	binary.LittleEndian.PutUint64(calls[1].num[23:], math.Float64bits(math.NaN()))
 	s.co.send(ctx, calls)
 	if calls[1].err == nil || !strings.Contains(calls[1].err.Error(), "not an integer") {
 		t.Fatalf("bad op: err %v, reply %v; want the SET error", calls[1].err, calls[1].reply)
@@ -257,21 +251,42 @@ func TestTTLs(t *testing.T) {
 }
 
 // A reservation over more debits than one struct.pack call takes (the reply
-// of 4 + 3n doubles is packed in parts beyond 200) still gets every value.
+// of 4 + 3n doubles is packed in parts beyond 200; a group value of more
+// than 39 slots too) still gets every value, and so do a settlement and a
+// peek of them.
 func TestReserveManyDebits(t *testing.T) {
 	ctx := context.Background()
 	s := newTestStore(t, Options{URL: redistest.URL(t)})
-	ds := make([]store.Debit, 100)
-	for i := range ds {
-		ds[i] = store.Debit{Key: fmt.Sprintf("{many}k%d", i), Limit: window(1000, time.Hour), Amount: int64(i)}
-	}
-	var res store.Result
-	if err := s.Reserve(ctx, ds, &res); err != nil || !res.Allowed {
-		t.Fatalf("Reserve: %v allowed=%v", err, res.Allowed)
-	}
-	for i, rem := range res.Remaining {
-		if rem != 1000-int64(i) || res.Ticket.Window[i] == 0 {
-			t.Fatalf("debit %d: remaining %d window %d, want %d and the window's start", i, rem, res.Ticket.Window[i], 1000-i)
-		}
+	for _, l := range []layout{"keys", "groups"} {
+		t.Run(string(l), func(t *testing.T) {
+			ds := make([]store.Debit, 100)
+			for i := range ds {
+				ds[i] = store.Debit{Key: fmt.Sprintf("{many%s}k%d", l, i), Group: l.group("{many" + string(l) + "}g"), Limit: window(1000, time.Hour), Amount: int64(i)}
+			}
+			var res store.Result
+			if err := s.Reserve(ctx, ds, &res); err != nil || !res.Allowed {
+				t.Fatalf("Reserve: %v allowed=%v", err, res.Allowed)
+			}
+			for i, rem := range res.Remaining {
+				if rem != 1000-int64(i) || res.Ticket.Window[i] == 0 {
+					t.Fatalf("debit %d: remaining %d window %d, want %d and the window's start", i, rem, res.Ticket.Window[i], 1000-i)
+				}
+			}
+			deltas := make([]int64, len(ds))
+			for i := range deltas {
+				deltas[i] = int64(i)
+			}
+			if err := s.Adjust(ctx, ds, &res.Ticket, deltas); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Peek(ctx, ds, &res); err != nil {
+				t.Fatal(err)
+			}
+			for i, rem := range res.Remaining {
+				if rem != 1000-2*int64(i) {
+					t.Fatalf("after Adjust, debit %d: remaining %d, want %d", i, rem, 1000-2*i)
+				}
+			}
+		})
 	}
 }

@@ -47,13 +47,28 @@ import (
 const benchScopes = 1000
 
 func BenchmarkReserveAdjust(b *testing.B) {
+	benchReserveAdjust(b, threeCounters, []int64{-120, -120, -480})
+}
+
+// BenchmarkReserveAdjustKeys is ReserveAdjust with the counters in the
+// per-key layout (no store.Debit.Group: one Redis key per counter).
+func BenchmarkReserveAdjustKeys(b *testing.B) {
 	benchReserveAdjust(b, func(tag string) []store.Debit {
-		return []store.Debit{
-			{Key: tag + ":total:1m", Limit: bucket(1<<40, time.Minute), Amount: 500},
-			{Key: tag + ":total:1d", Limit: window(1<<40, 24*time.Hour), Amount: 500},
-			{Key: tag + ":cost:month", Limit: month(1 << 40), Amount: 2000},
+		ds := threeCounters(tag)
+		for i := range ds {
+			ds[i].Group = ""
 		}
+		return ds
 	}, []int64{-120, -120, -480})
+}
+
+func threeCounters(tag string) []store.Debit {
+	g := tag + ":bench"
+	return []store.Debit{
+		{Key: tag + ":total:1m", Group: g, Limit: bucket(1<<40, time.Minute), Amount: 500},
+		{Key: tag + ":total:1d", Group: g, Limit: window(1<<40, 24*time.Hour), Amount: 500},
+		{Key: tag + ":cost:month", Group: g, Limit: month(1 << 40), Amount: 2000},
+	}
 }
 
 // BenchmarkReserveAdjustBusy is ReserveAdjust with a bucket that stays in
@@ -63,10 +78,11 @@ func BenchmarkReserveAdjust(b *testing.B) {
 // settlement deletes it.
 func BenchmarkReserveAdjustBusy(b *testing.B) {
 	benchReserveAdjust(b, func(tag string) []store.Debit {
+		g := tag + ":bench"
 		return []store.Debit{
-			{Key: tag + ":total:1h", Limit: bucket(1e7, time.Hour), Amount: 500},
-			{Key: tag + ":total:1d", Limit: window(1<<40, 24*time.Hour), Amount: 500},
-			{Key: tag + ":cost:month", Limit: month(1 << 40), Amount: 2000},
+			{Key: tag + ":total:1h", Group: g, Limit: bucket(1e7, time.Hour), Amount: 500},
+			{Key: tag + ":total:1d", Group: g, Limit: window(1<<40, 24*time.Hour), Amount: 500},
+			{Key: tag + ":cost:month", Group: g, Limit: month(1 << 40), Amount: 2000},
 		}
 	}, []int64{-120, -120, -480})
 }
@@ -76,7 +92,7 @@ func BenchmarkReserveAdjustBusy(b *testing.B) {
 // key.
 func BenchmarkReserveAdjust1(b *testing.B) {
 	benchReserveAdjust(b, func(tag string) []store.Debit {
-		return []store.Debit{{Key: tag + ":total:1m", Limit: bucket(1<<40, time.Minute), Amount: 500}}
+		return []store.Debit{{Key: tag + ":total:1m", Group: tag + ":bench", Limit: bucket(1<<40, time.Minute), Amount: 500}}
 	}, []int64{-120})
 }
 

@@ -52,6 +52,10 @@ const (
 	kindReserve byte = 1
 	kindPeek    byte = 2
 	kindAdjust  byte = 3
+	// The same over one group value (store.Debit.Group).
+	kindGroupReserve byte = 4
+	kindGroupPeek    byte = 5
+	kindGroupAdjust  byte = 6
 )
 
 // scriptCall is one store operation. The caller owns it until do returns.

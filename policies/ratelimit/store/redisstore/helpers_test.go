@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"iter"
 	"log/slog"
 	"os"
 	"strconv"
@@ -131,3 +132,28 @@ func (discardLogger) Printf(context.Context, string, ...any) {}
 func fixedClock(at time.Time) string { return "@" + strconv.FormatInt(at.UnixMicro(), 10) }
 
 func offsetClock(d time.Duration) string { return "+" + strconv.FormatInt(store.Micros(d), 10) }
+
+// layout is how a test keeps its counters: "keys" (one Redis key each) or
+// "groups" (store.Debit.Group set: one value per group).
+type layout string
+
+// group returns g in the groups layout, else no group.
+func (l layout) group(g string) string {
+	if l == "groups" {
+		return g
+	}
+	return ""
+}
+
+// eachLayout yields seeds 0..n-1 in each layout.
+func eachLayout(n uint64) iter.Seq2[uint64, layout] {
+	return func(yield func(uint64, layout) bool) {
+		for _, l := range []layout{"keys", "groups"} {
+			for seed := range n {
+				if !yield(seed, l) {
+					return
+				}
+			}
+		}
+	}
+}

@@ -317,21 +317,20 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, r
 	}
 	sc := getCall()
 	defer putCall(sc)
-	if err := s.keys(sc, debits); err != nil {
+	kind := kindReserve
+	if op == opPeek {
+		kind = kindPeek
+	}
+	err := s.prepare(sc, kind, debits, nil, nil)
+	if err != nil {
 		return err
 	}
 	if s.skipping() {
 		return s.fallback(ctx, op, debits, res, nil)
 	}
-	kind := kindReserve
-	if op == opPeek {
-		kind = kindPeek
-	}
-	sc.num = packReserve(sc.num[:0], kind, debits)
-	sc.clock = s.clock()
 	start := time.Now()
 	s.co.do(ctx, sc)
-	err := sc.err
+	err = sc.err
 	s.m.observe(op, start)
 	if err != nil {
 		return s.failed(ctx, op, err, func() error { return s.fallback(ctx, op, debits, res, err) })
@@ -392,7 +391,8 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 		return nil
 	}
 	sc := getCall()
-	if err := s.keys(sc, debits); err != nil {
+	err := s.prepare(sc, kindAdjust, debits, t.Window, deltas)
+	if err != nil {
 		putCall(sc)
 		return err
 	}
@@ -401,8 +401,6 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 		s.m.dropped.Inc()
 		return s.dropErr(nil)
 	}
-	sc.num = packAdjust(sc.num[:0], debits, t.Window, deltas)
-	sc.clock = s.clock()
 	sc.start = time.Now()
 	// In failure mode open a settlement returns nil whether it lands or is
 	// dropped, so when it would queue anyway the caller need not wait for
@@ -412,7 +410,7 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 		return nil
 	}
 	s.co.do(ctx, sc)
-	err := s.settle(ctx, sc)
+	err = s.settle(ctx, sc)
 	putCall(sc)
 	return err
 }
@@ -460,32 +458,74 @@ func (s *Store) Close() error {
 	return s.client.Close()
 }
 
-// keys fills sc.keys with the prefixed debit keys. On Redis Cluster all keys
-// of one call must hash to one slot (callers share a {scope} hash tag); a
-// call that breaks this is a wiring bug and fails loudly rather than with
-// CROSSSLOT at random.
-func (s *Store) keys(sc *scriptCall, debits []store.Debit) error {
+// prepare fills sc for one operation of luaBatch: kind is kindReserve,
+// kindPeek or kindAdjust (windows and deltas are only read by the latter),
+// made the group variant when the debits share a store.Debit.Group.
+func (s *Store) prepare(sc *scriptCall, kind byte, debits []store.Debit, windows, deltas []int64) error {
+	group, err := s.keys(sc, debits)
+	if err != nil {
+		return err
+	}
+	switch {
+	case kind == kindAdjust && group:
+		sc.num = packGroupAdjust(sc.num[:0], debits, windows, deltas)
+	case kind == kindAdjust:
+		sc.num = packAdjust(sc.num[:0], debits, windows, deltas)
+	case group:
+		sc.num = packGroupReserve(sc.num[:0], kind+kindGroupReserve-kindReserve, debits, s.prefix)
+	default:
+		sc.num = packReserve(sc.num[:0], kind, debits)
+	}
+	sc.clock = s.clock()
+	return nil
+}
+
+// keys fills sc.keys with the call's prefixed keys: the group's when the
+// debits share a store.Debit.Group (group is then true), else each debit's.
+// On Redis Cluster all keys of one call must hash to one slot (callers
+// share a {scope} hash tag), the per-key layout's keys of a group's
+// counters too (a group's first reservation reads them); a call that
+// breaks this is a wiring bug and fails loudly rather than with CROSSSLOT
+// at random.
+func (s *Store) keys(sc *scriptCall, debits []store.Debit) (group bool, err error) {
 	if len(debits) > maxDebits {
-		return fmt.Errorf("redisstore: %d debits in one call, at most %d", len(debits), maxDebits)
+		return false, fmt.Errorf("redisstore: %d debits in one call, at most %d", len(debits), maxDebits)
+	}
+	g := debits[0].Group
+	for i := range debits {
+		if debits[i].Group != g {
+			return false, fmt.Errorf("redisstore: debits %q and %q of one call are in different groups (%q, %q)", debits[0].Key, debits[i].Key, g, debits[i].Group)
+		}
+		if g != "" && len(s.prefix)+len(debits[i].Key) > maxKeyLen {
+			return false, fmt.Errorf("redisstore: key %q longer than %d bytes", debits[i].Key, maxKeyLen)
+		}
 	}
 	sc.slot = 0
 	keys := sc.keyBuf[:0]
-	for i := range debits {
-		keys = append(keys, s.prefix+debits[i].Key)
+	if g != "" {
+		keys = append(keys, s.prefix+g)
+	} else {
+		for i := range debits {
+			keys = append(keys, s.prefix+debits[i].Key)
+		}
 	}
 	sc.keyBuf, sc.keys = keys, keys
 	if s.cluster {
 		slot := Slot(keys[0])
-		for _, k := range keys[1:] {
-			if Slot(k) != slot {
+		for i := range debits {
+			if k := s.prefix + debits[i].Key; Slot(k) != slot {
 				s.log.Error("redisstore: keys of one call span cluster slots; share a {hash tag}", "first", keys[0], "other", k)
-				return fmt.Errorf("redisstore: keys %q and %q hash to different cluster slots: give them one {hash tag}", keys[0], k)
+				return false, fmt.Errorf("redisstore: keys %q and %q hash to different cluster slots: give them one {hash tag}", keys[0], k)
 			}
 		}
 		sc.slot = slot
 	}
-	return nil
+	return g != "", nil
 }
+
+// maxKeyLen bounds a grouped counter's key, which its reservation carries
+// with a 16-bit length.
+const maxKeyLen = 1<<16 - 1
 
 // packReserve appends one reserve or peek operation of luaBatch: its
 // header, then per debit the little-endian doubles alg, max, period_us,
@@ -493,35 +533,87 @@ func (s *Store) keys(sc *scriptCall, debits []store.Debit) error {
 // up to 2^53 are exact, and larger ones round as Lua's tonumber would round
 // their decimal text.
 func packReserve(b []byte, kind byte, debits []store.Debit) []byte {
-	b = appendHeader(b, kind, len(debits))
+	b, h := appendHeader(b, kind, len(debits))
+	for i := range debits {
+		b = appendLimit(b, &debits[i])
+		b = appendF64(b, float64(debits[i].Amount))
+	}
+	return endOp(b, h)
+}
+
+// packGroupReserve appends one reserve or peek operation over a group:
+// per debit as in packReserve, then the counter's id (counterID), then its
+// prefixed key in the per-key layout (16-bit length, bytes).
+func packGroupReserve(b []byte, kind byte, debits []store.Debit, prefix string) []byte {
+	b, h := appendHeader(b, kind, len(debits))
 	for i := range debits {
 		d := &debits[i]
-		b = appendF64(b, float64(d.Limit.Algorithm))
-		b = appendF64(b, float64(d.Limit.Max))
-		b = appendF64(b, float64(store.Micros(d.Limit.Period)))
+		b = appendLimit(b, d)
 		b = appendF64(b, float64(d.Amount))
+		b = appendF64(b, counterID(d.Key))
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(prefix)+len(d.Key)))
+		b = append(append(b, prefix...), d.Key...)
 	}
-	return b
+	return endOp(b, h)
 }
 
 // packAdjust appends one adjust operation of luaBatch: its header, then per
 // debit alg, max, period_us, window_s, delta, as in packReserve.
 func packAdjust(b []byte, debits []store.Debit, windows, deltas []int64) []byte {
-	b = appendHeader(b, kindAdjust, len(debits))
+	b, h := appendHeader(b, kindAdjust, len(debits))
 	for i := range debits {
-		d := &debits[i]
-		b = appendF64(b, float64(d.Limit.Algorithm))
-		b = appendF64(b, float64(d.Limit.Max))
-		b = appendF64(b, float64(store.Micros(d.Limit.Period)))
+		b = appendLimit(b, &debits[i])
 		b = appendF64(b, float64(windows[i]))
 		b = appendF64(b, float64(deltas[i]))
 	}
-	return b
+	return endOp(b, h)
 }
 
-// appendHeader appends an operation header of luaBatch: struct '<BH'.
-func appendHeader(b []byte, kind byte, n int) []byte {
-	return binary.LittleEndian.AppendUint16(append(b, kind), uint16(n))
+// packGroupAdjust appends one adjust operation over a group: per debit as
+// in packAdjust, then the counter's id.
+func packGroupAdjust(b []byte, debits []store.Debit, windows, deltas []int64) []byte {
+	b, h := appendHeader(b, kindGroupAdjust, len(debits))
+	for i := range debits {
+		b = appendLimit(b, &debits[i])
+		b = appendF64(b, float64(windows[i]))
+		b = appendF64(b, float64(deltas[i]))
+		b = appendF64(b, counterID(debits[i].Key))
+	}
+	return endOp(b, h)
+}
+
+// counterID identifies a counter within its group value: the low 52 bits
+// of the FNV-1a 64 hash of its key, so that it is an exact Lua number. Two
+// counters of one group (a handful of keys) share an id with a
+// probability of about 2^-52 per pair.
+func counterID(key string) float64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return float64(h & (1<<52 - 1))
+}
+
+func appendLimit(b []byte, d *store.Debit) []byte {
+	b = appendF64(b, float64(d.Limit.Algorithm))
+	b = appendF64(b, float64(d.Limit.Max))
+	return appendF64(b, float64(store.Micros(d.Limit.Period)))
+}
+
+// appendHeader appends an operation header of luaBatch, struct '<BHI4':
+// kind, number of debits, and the size of the payload that follows, which
+// endOp fills in (h is where the header starts).
+func appendHeader(b []byte, kind byte, n int) (_ []byte, h int) {
+	h = len(b)
+	b = binary.LittleEndian.AppendUint16(append(b, kind), uint16(n))
+	return binary.LittleEndian.AppendUint32(b, 0), h
+}
+
+// endOp completes the header at h with the size of the payload after it.
+func endOp(b []byte, h int) []byte {
+	binary.LittleEndian.PutUint32(b[h+3:], uint32(len(b)-h-7))
+	return b
 }
 
 func appendF64(b []byte, f float64) []byte {

@@ -85,8 +85,8 @@ func deadAddr(t *testing.T) string {
 func TestLuaMatchesGoArithmetic(t *testing.T) {
 	url := redistest.URL(t)
 	ctx := context.Background()
-	for seed := range uint64(8) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+	for seed, layout := range eachLayout(8) {
+		t.Run(fmt.Sprint(layout, seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			now := time.Date(2025, time.January, 30, 23, 0, 0, 0, time.UTC)
 			clock := func() time.Time { return now }
@@ -103,7 +103,7 @@ func TestLuaMatchesGoArithmetic(t *testing.T) {
 				ds := make([]store.Debit, n)
 				for i := range ds {
 					k := rng.IntN(len(limits))
-					ds[i] = store.Debit{Key: fmt.Sprintf("{s}k%d", k), Limit: limits[k], Amount: rng.Int64N(limits[k].Max + 2)}
+					ds[i] = store.Debit{Key: fmt.Sprintf("{s}k%d", k), Group: layout.group("{s}g"), Limit: limits[k], Amount: rng.Int64N(limits[k].Max + 2)}
 				}
 				switch op := rng.IntN(4); op {
 				case 0, 1:
@@ -355,6 +355,13 @@ func TestClusterCrossSlotFailsLoudly(t *testing.T) {
 	err := s.Reserve(context.Background(), ds, &res)
 	if err == nil || errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Reserve across slots: err = %v, want a wiring error", err)
+	}
+	// So must a group's key and its counters' keys (read by the group's
+	// first reservation).
+	ds = []store.Debit{{Key: "a", Group: "b", Limit: window(5, time.Minute), Amount: 1}}
+	err = s.Reserve(context.Background(), ds, &res)
+	if err == nil || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Reserve of a group across slots: err = %v, want a wiring error", err)
 	}
 	// Our slot function agrees with the cluster's.
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})

@@ -27,6 +27,22 @@ package redisstore
 // version that kept full buckets stored (level +inf) so that the next
 // reservation keeps the TTL too was slower where buckets fill up between
 // requests.
+// Counters of one group (store.Debit.Group: one policy instance's counters
+// of one scope, which a request charges together) are kept in one string
+// instead, so that an operation reads and writes one key however many
+// counters it charges: '<Bd' 5, e (the key's expiry as last set, Unix ms),
+// then per counter a 33-byte slot '<dBddd' id, alg, a, b, z. id identifies
+// the counter (52 bits of a hash of its key, see counterID), a and b are as
+// above, and z is until when the slot must be kept, as a key of its own
+// would be (1 s past the time its bucket is full again or its window ends).
+// A counter is found by id, so slots need no fixed order and counters added
+// to or removed from a policy leave the others alone. A write drops the
+// slots whose z has passed (the same as absent) and deletes a group left
+// with none; the key's TTL follows the latest z as a bucket key's does.
+// Measured against one key per counter: about 3 µs less Redis CPU per
+// three-counter request (two writes instead of six, one key read instead
+// of six); the earlier attempt at one value per scope stored counter
+// names in it and spent more parsing them than it saved.
 // A stored state of another algorithm than the debit's counts as absent, as
 // in memstore. States written by earlier versions, the 17-byte bucket
 // '<Bdd' 1, level, ts (expiry unknown) and the text format "<alg>|a|b", are
@@ -182,14 +198,18 @@ end
 // are read with one MGET; the clock is read once, when first needed, so the
 // operations of a batch share one instant (they were concurrent calls).
 //
-// KEYS are the operations' keys, concatenated. ARGV[1] is the clock spec
-// (see now_us). ARGV[2] holds per operation a header, struct '<BH': kind
-// (1 reserve, 2 peek, 3 adjust) and its number of keys n, then its packed
-// numbers: for reserve and peek per key the little-endian doubles alg, max,
-// period_us, amount (32 bytes, see packReserve); for adjust per key alg,
-// max, period_us, window_s, delta (40 bytes, see packAdjust). One string
-// instead of numbers per key, which Redis would turn into Lua strings and
-// the script parse.
+// KEYS are the operations' keys, concatenated: n per operation, or one
+// (the group's) for an operation over a group. ARGV[1] is the clock spec
+// (see now_us). ARGV[2] holds per operation a header, struct '<BHI4': kind
+// (1 reserve, 2 peek, 3 adjust; 4, 5, 6 the same over a group), its number
+// of debits n and the size of what follows, then per debit: for reserve and
+// peek the little-endian doubles alg, max, period_us, amount (32 bytes, see
+// packReserve); for adjust alg, max, period_us, window_s, delta (40 bytes,
+// see packAdjust). Over a group, reserve and peek add the counter's id and
+// its key of the per-key layout ('<dH' then the key, see packGroupReserve;
+// read when the group does not exist yet, so that counters charged before
+// groups carry over), and adjust the id. One string instead of numbers per
+// key, which Redis would turn into Lua strings and the script parse.
 //
 // Reply: per operation, in order, its reply or, if it failed, a one-element
 // array holding the error message.
@@ -374,20 +394,281 @@ local function adjust(base, n, args, pos)
   return changed
 end
 
+-- Groups. G holds the slots of the group being operated on, decoded from
+-- its value: five entries per slot (id, alg, a, b, z), gn slots; ge is the
+-- group key's expiry as last set (ms), nil when unknown.
+local G, gn, ge = {}, 0, nil
+local gfmts = {}
+
+-- gload decodes a group value (a GET/MGET reply) into G; false when there
+-- is none (absent, or not a group value).
+local function gload(raw)
+  gn, ge = 0, nil
+  if not raw then return false end
+  local len = #raw
+  if byte(raw, 1) ~= 5 or (len - 9) % 33 ~= 0 then return false end
+  local _, e, p = unpack_state('<Bd', raw)
+  local k = 0
+  while p <= len do
+    G[k + 1], G[k + 2], G[k + 3], G[k + 4], G[k + 5], p = unpack_state('<dBddd', raw, p)
+    k = k + 5
+  end
+  gn, ge = k / 5, e
+  return true
+end
+
+-- gfind returns the slot of counter id in G, 0 when it has none.
+local function gfind(id)
+  for s = 1, gn do
+    if G[s * 5 - 4] == id then return s end
+  end
+  return 0
+end
+
+-- gpack returns the group value of G (gn slots) with expiry e: at once up
+-- to 39 slots (unpack's values go on the Lua stack), else in parts.
+local function gpack(e)
+  if gn <= 39 then
+    local f = gfmts[gn]
+    if not f then
+      f = '<Bd' .. string.rep('dBddd', gn)
+      gfmts[gn] = f
+    end
+    return pack(f, 5, e, unpack(G, 1, gn * 5))
+  end
+  local parts = {pack('<Bd', 5, e)}
+  for s = 1, gn, 39 do
+    local t = math.min(s + 38, gn)
+    parts[#parts + 1] = pack('<' .. string.rep('dBddd', t - s + 1), unpack(G, s * 5 - 4, t * 5))
+  end
+  return table.concat(parts)
+end
+
+-- A slot's z is until when (Redis clock, ms) it must be kept, as a key of
+-- its own would be: 1 s past the time it is empty (the same as absent).
+-- bucket_z: 1 s past the time a bucket of level l is full again; a full
+-- bucket is dropped at once (as its key would be deleted).
+local function bucket_z(max, per, l)
+  if l >= max then return 0 end
+  return real_ms + ceil((max - l) * per / max / 1000) + 1000
+end
+
+-- window_z: 1 s past the end we (s, counter clock) of a window.
+local function window_z(we)
+  return real_ms + we * 1000 - floor(now / 1000) + 1000
+end
+
+-- gsave writes G as the value of gkey, dropping the slots whose z has
+-- passed (a full bucket, an ended window: the same as absent); a group left
+-- with none is deleted. The key must live until the latest z: the TTL is
+-- kept when the stored expiry covers that, else set with slack (see
+-- put_bucket; slack is the longest period of the buckets just written,
+-- between 1 s and 1 h).
+local function gsave(gkey, slack)
+  if not now then now, now_s, real_ms = now_us(clock) end
+  local k, zmax = 0, 0
+  for q = 5, gn * 5, 5 do
+    local z = G[q]
+    if z > real_ms then
+      if k < q - 5 then
+        G[k + 1], G[k + 2], G[k + 3], G[k + 4], G[k + 5] = G[q - 4], G[q - 3], G[q - 2], G[q - 1], z
+      end
+      k = k + 5
+      if z > zmax then zmax = z end
+    end
+  end
+  gn = k / 5
+  if gn == 0 then
+    redis.call('DEL', gkey)
+    cur[gkey] = false
+    return
+  end
+  local need = zmax
+  local v
+  if ge and ge >= need then
+    v = gpack(ge)
+    redis.call('SET', gkey, v, 'KEEPTTL')
+  else
+    if slack < 1000 then slack = 1000 elseif slack > 3600000 then slack = 3600000 end
+    ge = need + slack
+    v = gpack(ge)
+    redis.call('SET', gkey, v, 'PXAT', ge)
+  end
+  cur[gkey] = v
+end
+
+-- greserve is reserve (or peek) over counters kept in one group value, the
+-- operation's only key. Per debit the arguments add the counter's id and
+-- its key of the per-key layout (read once, when the group does not exist
+-- yet, so that counters survive the change of layout). st is laid out as
+-- in reserve, with the id at 10 and the slot (0: none yet) at 11.
+local function greserve(base, n, charge, args, pos)
+  if not now then now, now_s, real_ms = now_us(clock) end
+  local gkey = KEYS[base + 1]
+  local present = gload(read(base, 1, gkey))
+  local denied, retry, never, slack = -1, 0, 0, 0
+  for i = 1, n do
+    local a, m, p, x, id, kl
+    a, m, p, x, id, kl, pos = unpack_state('<dddddH', args, pos)
+    local kpos = pos
+    pos = pos + kl
+    local ws, we = 0, 0
+    if a == 3 then
+      if not mws then mws, mwe = month_bounds(now_s) end
+      ws, we = mws, mwe
+    elseif a == 2 then
+      local per_s = p / 1000000
+      ws = floor(now_s / per_s) * per_s
+      we = ws + per_s
+    end
+    local o = (i - 1) * 11
+    local ba, bb, ca, cb, s
+    local j = 0
+    for q = i - 1, 1, -1 do
+      if st[(q - 1) * 11 + 10] == id then j = q break end
+    end
+    if j > 0 then
+      local oj = (j - 1) * 11
+      st[oj + 9] = false
+      s = st[oj + 11]
+      if st[oj + 1] == a then
+        ba, bb, ca, cb = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8]
+      else
+        ca, cb = advance(a, m, p, nil, nil, now, ws)
+        ba, bb = ca, cb
+      end
+    else
+      local sa, sb
+      s = gfind(id)
+      if s > 0 then
+        if G[s * 5 - 3] == a then sa, sb = G[s * 5 - 2], G[s * 5 - 1] end
+      elseif not present and kl > 0 then
+        sa, sb = decode(redis.call('GET', string.sub(args, kpos, kpos + kl - 1)), a)
+      end
+      ca, cb = advance(a, m, p, sa, sb, now, ws)
+      ba, bb = ca, cb
+    end
+    local xa, xb
+    if a == 1 then
+      if denied < 0 and ca < x then
+        denied = i - 1
+        if x > m then never = 1 else retry = ceil((x - ca) * p / m) end
+      end
+      xa, xb = ca - x, cb
+    else
+      if denied < 0 and cb + x > m then
+        denied = i - 1
+        if x > m then never = 1 else retry = we * 1000000 - now end
+      end
+      xa, xb = ca, cb + x
+    end
+    st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9], st[o + 10], st[o + 11] =
+      a, m, p, we, ba, bb, xa, xb, true, id, s
+  end
+  local write = denied < 0 and charge
+  local out = rep
+  out[1], out[2], out[3], out[4] = 0, denied, retry, never
+  if denied < 0 then out[1] = 1 end
+  for i = 1, n do
+    local o = (i - 1) * 11
+    local ai, mi, pi, we = st[o + 1], st[o + 2], st[o + 3], st[o + 4]
+    local a, b
+    if write then
+      a, b = st[o + 7], st[o + 8]
+      if st[o + 9] then
+        local s = st[o + 11]
+        if s == 0 then
+          gn = gn + 1
+          s = gn
+          G[s * 5 - 4] = st[o + 10]
+        end
+        local z
+        if ai == 1 then
+          z = bucket_z(mi, pi, a)
+          local sl = floor(pi / 1000)
+          if sl > slack then slack = sl end
+        else
+          z = window_z(we)
+        end
+        local q = s * 5
+        G[q - 3], G[q - 2], G[q - 1], G[q] = ai, a, b, z
+      end
+    else
+      a, b = st[o + 5], st[o + 6]
+    end
+    local r = 4 + (i - 1) * 3
+    if ai == 1 then
+      local full = 0
+      if a < mi then full = ceil((mi - a) * pi / mi) end
+      out[r + 1], out[r + 2], out[r + 3] = floor(a), full, 0
+    else
+      out[r + 1], out[r + 2], out[r + 3] = mi - b, we * 1000000 - now, a
+    end
+  end
+  if write then gsave(gkey, slack) end
+  return pack_doubles(out, 4 + 3 * n)
+end
+
+-- gadjust is adjust over counters kept in one group value. Per debit the
+-- arguments add the counter's id.
+local function gadjust(base, n, args, pos)
+  local gkey = KEYS[base + 1]
+  gload(read(base, 1, gkey))
+  local changed, slack = 0, 0
+  for i = 1, n do
+    local a, m, p, w, d, id
+    a, m, p, w, d, id, pos = unpack_state('<dddddd', args, pos)
+    if d ~= 0 then
+      local s = gfind(id)
+      local q = s * 5
+      if a == 1 then
+        if not now then now, now_s, real_ms = now_us(clock) end
+        local sa, sb
+        if s > 0 and G[q - 3] == 1 then sa, sb = G[q - 2], G[q - 1] end
+        local l, ts = advance(1, m, p, sa, sb, now, 0)
+        l = l - d
+        if l > m then l = m end
+        if s == 0 then
+          gn = gn + 1
+          q = gn * 5
+          G[q - 4] = id
+        end
+        G[q - 3], G[q - 2], G[q - 1], G[q] = 1, l, ts, bucket_z(m, p, l)
+        local sl = floor(p / 1000)
+        if sl > slack then slack = sl end
+        changed = changed + 1
+      elseif s > 0 and G[q - 3] == a and G[q - 2] == w then
+        local u = G[q - 1] + d
+        if u < 0 then u = 0 end
+        G[q - 1] = u
+        changed = changed + 1
+      end
+    end
+  end
+  if changed > 0 then gsave(gkey, slack) end
+  return changed
+end
+
 local args = ARGV[2]
 local out = {}
 local pos, base, k = 1, 0, 0
 local last = #args
 while pos <= last do
-  local kind, n
-  kind, n, pos = unpack_state('<BH', args, pos)
+  local kind, n, size
+  kind, n, size, pos = unpack_state('<BHI4', args, pos)
   local ok, r
+  local nkeys = n
   if kind == 3 then
     ok, r = pcall(adjust, base, n, args, pos)
-    pos = pos + n * 40
-  else
+  elseif kind <= 2 then
     ok, r = pcall(reserve, base, n, kind == 1, args, pos)
-    pos = pos + n * 32
+  else
+    nkeys = 1
+    if kind == 6 then
+      ok, r = pcall(gadjust, base, n, args, pos)
+    else
+      ok, r = pcall(greserve, base, n, kind == 4, args, pos)
+    end
   end
   if not ok then
     if type(r) == 'table' then r = r.err end
@@ -395,7 +676,8 @@ while pos <= last do
   end
   k = k + 1
   out[k] = r
-  base = base + n
+  base = base + nkeys
+  pos = pos + size
 end
 return out
 `

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,18 +85,51 @@ func Run(t *testing.T, newStore NewStore, caps ...Caps) {
 		c = caps[0]
 	}
 	prefix := fmt.Sprintf("st%x.%d", time.Now().UnixNano(), runSeq.Add(1))
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := NewClock(start)
-			s := newStore(t, clk.Now)
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("Close: %v", err)
+	for _, layout := range []string{"Keys", "Groups"} {
+		for _, tc := range cases {
+			t.Run(layout+"/"+tc.name, func(t *testing.T) {
+				clk := NewClock(start)
+				var s store.Store = newStore(t, clk.Now)
+				t.Cleanup(func() {
+					if err := s.Close(); err != nil {
+						t.Errorf("Close: %v", err)
+					}
+				})
+				if layout == "Groups" {
+					s = grouped{s}
 				}
+				tc.run(&env{T: t, s: s, clk: clk, caps: c, scope: prefix + "." + t.Name()})
 			})
-			tc.run(&env{T: t, s: s, clk: clk, caps: c, scope: prefix + "." + t.Name()})
-		})
+		}
 	}
+}
+
+// grouped runs the suite with every call's debits in one store.Debit.Group
+// per hash tag: "{scope}:group" for keys "{scope}:<name>". Every case's keys
+// share the subtest's tag, so all its counters are kept in one group.
+type grouped struct{ store.Store }
+
+func (g grouped) Reserve(ctx context.Context, ds []store.Debit, res *store.Result) error {
+	return g.Store.Reserve(ctx, inGroup(ds), res)
+}
+
+func (g grouped) Peek(ctx context.Context, ds []store.Debit, res *store.Result) error {
+	return g.Store.Peek(ctx, inGroup(ds), res)
+}
+
+func (g grouped) Adjust(ctx context.Context, ds []store.Debit, t *store.Ticket, deltas []int64) error {
+	return g.Store.Adjust(ctx, inGroup(ds), t, deltas)
+}
+
+func inGroup(ds []store.Debit) []store.Debit {
+	out := make([]store.Debit, len(ds))
+	for i, d := range ds {
+		if j := strings.IndexByte(d.Key, '}'); j > 0 {
+			d.Group = d.Key[:j+1] + ":group"
+		}
+		out[i] = d
+	}
+	return out
 }
 
 type env struct {
