@@ -24,8 +24,11 @@ import (
 // (or REDIS_URL), in the same run:
 //
 //   - ReserveAdjust: one Reserve over three counters of one scope (a
-//     per-minute token bucket, a day window, a month budget; one hash tag)
-//     followed by one Adjust of all three, as a request does.
+//     per-minute token bucket, a day window, a month budget; one hash tag,
+//     one store.Debit.Group as the limit engine sets it) followed by one
+//     Adjust of all three, as a request does.
+//   - ReserveAdjustKeys: the same in the per-key layout (no group: one
+//     Redis key per counter).
 //   - ReserveAdjustBusy: the same with a bucket that stays below full.
 //   - ReserveAdjust1: the same over one counter (the per-minute bucket),
 //     the shape of redis_rate's single key.
@@ -183,14 +186,16 @@ func reportCommands(b *testing.B, cnt *cmdCounter) {
 // serverCPU measures the CPU time redis-server spent (INFO cpu, user+sys).
 // Unlike Redis's own per-command µs it does not count the time the server
 // was waiting for a CPU, so it stays meaningful on a busy machine. Reported
-// only for a server of our own (not REDIS_URL, which may be shared).
+// only for a server of our own (not REDIS_URL, which may be shared), or
+// when BENCH_REDIS_CPU=1 says REDIS_URL's server serves this benchmark
+// alone.
 type serverCPU struct {
 	c     *redis.Client
 	start float64
 }
 
 func newServerCPU(b *testing.B, url string) *serverCPU {
-	if os.Getenv("REDIS_URL") != "" {
+	if os.Getenv("REDIS_URL") != "" && os.Getenv("BENCH_REDIS_CPU") != "1" {
 		return nil
 	}
 	o, err := redis.ParseURL(url)
