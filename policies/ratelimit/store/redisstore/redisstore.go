@@ -466,15 +466,14 @@ func (s *Store) prepare(sc *scriptCall, kind byte, debits []store.Debit, windows
 	if err != nil {
 		return err
 	}
-	switch {
-	case kind == kindAdjust && group:
-		sc.num = packGroupAdjust(sc.num[:0], debits, windows, deltas)
-	case kind == kindAdjust:
-		sc.num = packAdjust(sc.num[:0], debits, windows, deltas)
-	case group:
-		sc.num = packGroupReserve(sc.num[:0], kind+kindGroupReserve-kindReserve, debits, s.prefix)
-	default:
-		sc.num = packReserve(sc.num[:0], kind, debits)
+	if group {
+		// kindReserve, kindPeek, kindAdjust -> their group variants.
+		kind += kindGroupReserve - kindReserve
+	}
+	if kind == kindAdjust || kind == kindGroupAdjust {
+		sc.num = packAdjust(sc.num[:0], kind, debits, windows, deltas)
+	} else {
+		sc.num = packReserve(sc.num[:0], kind, debits, s.prefix)
 	}
 	sc.clock = s.clock()
 	return nil
@@ -531,53 +530,37 @@ const maxKeyLen = 1<<16 - 1
 // header, then per debit the little-endian doubles alg, max, period_us,
 // amount. Doubles are what the script computes with (Lua numbers); integers
 // up to 2^53 are exact, and larger ones round as Lua's tonumber would round
-// their decimal text.
-func packReserve(b []byte, kind byte, debits []store.Debit) []byte {
+// their decimal text. Over a group (kind kindGroupReserve or kindGroupPeek)
+// each debit adds the counter's id (counterID) and its prefixed key in the
+// per-key layout (16-bit length, bytes).
+func packReserve(b []byte, kind byte, debits []store.Debit, prefix string) []byte {
 	b, h := appendHeader(b, kind, len(debits))
-	for i := range debits {
-		b = appendLimit(b, &debits[i])
-		b = appendF64(b, float64(debits[i].Amount))
-	}
-	return endOp(b, h)
-}
-
-// packGroupReserve appends one reserve or peek operation over a group:
-// per debit as in packReserve, then the counter's id (counterID), then its
-// prefixed key in the per-key layout (16-bit length, bytes).
-func packGroupReserve(b []byte, kind byte, debits []store.Debit, prefix string) []byte {
-	b, h := appendHeader(b, kind, len(debits))
+	group := kind == kindGroupReserve || kind == kindGroupPeek
 	for i := range debits {
 		d := &debits[i]
 		b = appendLimit(b, d)
 		b = appendF64(b, float64(d.Amount))
-		b = appendF64(b, counterID(d.Key))
-		b = binary.LittleEndian.AppendUint16(b, uint16(len(prefix)+len(d.Key)))
-		b = append(append(b, prefix...), d.Key...)
+		if group {
+			b = appendF64(b, counterID(d.Key))
+			b = binary.LittleEndian.AppendUint16(b, uint16(len(prefix)+len(d.Key)))
+			b = append(append(b, prefix...), d.Key...)
+		}
 	}
 	return endOp(b, h)
 }
 
 // packAdjust appends one adjust operation of luaBatch: its header, then per
-// debit alg, max, period_us, window_s, delta, as in packReserve.
-func packAdjust(b []byte, debits []store.Debit, windows, deltas []int64) []byte {
-	b, h := appendHeader(b, kindAdjust, len(debits))
+// debit alg, max, period_us, window_s, delta, as in packReserve; over a
+// group (kind kindGroupAdjust) the counter's id too.
+func packAdjust(b []byte, kind byte, debits []store.Debit, windows, deltas []int64) []byte {
+	b, h := appendHeader(b, kind, len(debits))
 	for i := range debits {
 		b = appendLimit(b, &debits[i])
 		b = appendF64(b, float64(windows[i]))
 		b = appendF64(b, float64(deltas[i]))
-	}
-	return endOp(b, h)
-}
-
-// packGroupAdjust appends one adjust operation over a group: per debit as
-// in packAdjust, then the counter's id.
-func packGroupAdjust(b []byte, debits []store.Debit, windows, deltas []int64) []byte {
-	b, h := appendHeader(b, kindGroupAdjust, len(debits))
-	for i := range debits {
-		b = appendLimit(b, &debits[i])
-		b = appendF64(b, float64(windows[i]))
-		b = appendF64(b, float64(deltas[i]))
-		b = appendF64(b, counterID(debits[i].Key))
+		if kind == kindGroupAdjust {
+			b = appendF64(b, counterID(debits[i].Key))
+		}
 	}
 	return endOp(b, h)
 }

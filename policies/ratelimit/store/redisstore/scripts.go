@@ -220,12 +220,7 @@ end
 // another algorithm (then it counts as absent). Reply: one string of
 // little-endian doubles (see fillResult): allowed, denied (0-based, -1 when
 // allowed), retry_us, never, then per key remaining, reset_us, window_s.
-// Per debit the state lives in one flat table st at 11(i-1): alg, max, per,
-// window end (s), base a, base b, after-charge a, after-charge b, whether
-// this is the key's last occurrence (the one written), whether the key
-// already holds a state of the current window (then its TTL, until 1 s past
-// the window's end, is already right: the write is SET KEEPTTL, with no TTL
-// to compute), and a bucket key's expiry.
+// Per debit the state lives in one flat table st (see reserve).
 //
 // Adjust: apply signed deltas in order. A bucket is refilled, then level -=
 // delta, capped at max (absent counts as full). A window changes only while
@@ -269,129 +264,6 @@ local function read(base, i, key)
   local v = cur[key]
   if v == nil then v = raw[base + i] end
   return v
-end
-
-local function reserve(base, n, charge, args, pos)
-  if not now then now, now_s, real_ms = now_us(clock) end
-  local denied, retry, never = -1, 0, 0
-  for i = 1, n do
-    local a, m, p, x
-    a, m, p, x, pos = unpack_state('<dddd', args, pos)
-    local ws, we = 0, 0
-    if a == 3 then
-      if not mws then mws, mwe = month_bounds(now_s) end
-      ws, we = mws, mwe
-    elseif a == 2 then
-      local per_s = p / 1000000
-      ws = floor(now_s / per_s) * per_s
-      we = ws + per_s
-    end
-    local key = KEYS[base + i]
-    local o = (i - 1) * 11
-    local ba, bb, ca, cb, e
-    local j = 0
-    local same = false
-    for q = i - 1, 1, -1 do
-      if KEYS[base + q] == key then j = q break end
-    end
-    if j > 0 then
-      -- The earlier debit's charge is what this one sees, unless it was
-      -- under another algorithm: that state counts as absent.
-      local oj = (j - 1) * 11
-      st[oj + 9] = false
-      if st[oj + 1] == a then
-        ba, bb, ca, cb, e = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8], st[oj + 11]
-      else
-        ca, cb = advance(a, m, p, nil, nil, now, ws)
-        ba, bb = ca, cb
-      end
-    else
-      local sa, sb
-      sa, sb, e = decode(read(base, i, key), a)
-      ca, cb = advance(a, m, p, sa, sb, now, ws)
-      ba, bb = ca, cb
-      same = a ~= 1 and sa == ws
-    end
-    local xa, xb
-    if a == 1 then
-      if denied < 0 and ca < x then
-        denied = i - 1
-        if x > m then never = 1 else retry = ceil((x - ca) * p / m) end
-      end
-      xa, xb = ca - x, cb
-    else
-      if denied < 0 and cb + x > m then
-        denied = i - 1
-        if x > m then never = 1 else retry = we * 1000000 - now end
-      end
-      xa, xb = ca, cb + x
-    end
-    st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9], st[o + 10], st[o + 11] =
-      a, m, p, we, ba, bb, xa, xb, true, same, e or false
-  end
-  local write = denied < 0 and charge
-  local out = rep
-  out[1], out[2], out[3], out[4] = 0, denied, retry, never
-  if denied < 0 then out[1] = 1 end
-  for i = 1, n do
-    local o = (i - 1) * 11
-    local ai, mi, pi, we = st[o + 1], st[o + 2], st[o + 3], st[o + 4]
-    local a, b
-    if write then
-      a, b = st[o + 7], st[o + 8]
-      if st[o + 9] then
-        local key = KEYS[base + i]
-        if ai == 1 then
-          cur[key] = put_bucket(key, mi, pi, a, b, st[o + 11] or nil)
-        elseif st[o + 10] then
-          local v = pack('<Bdd', ai, a, b)
-          redis.call('SET', key, v, 'KEEPTTL')
-          cur[key] = v
-        else
-          cur[key] = put_window(key, ai, a, b, we)
-        end
-      end
-    else
-      a, b = st[o + 5], st[o + 6]
-    end
-    local r = 4 + (i - 1) * 3
-    if ai == 1 then
-      local full = 0
-      if a < mi then full = ceil((mi - a) * pi / mi) end
-      out[r + 1], out[r + 2], out[r + 3] = floor(a), full, 0
-    else
-      out[r + 1], out[r + 2], out[r + 3] = mi - b, we * 1000000 - now, a
-    end
-  end
-  return pack_doubles(out, 4 + 3 * n)
-end
-
-local function adjust(base, n, args, pos)
-  local changed = 0
-  for i = 1, n do
-    local a, m, p, w, d
-    a, m, p, w, d, pos = unpack_state('<ddddd', args, pos)
-    if d ~= 0 then
-      local key = KEYS[base + i]
-      local sa, sb, e = decode(read(base, i, key), a)
-      if a == 1 then
-        if not now then now, now_s, real_ms = now_us(clock) end
-        local l, ts = advance(1, m, p, sa, sb, now, 0)
-        l = l - d
-        if l > m then l = m end
-        cur[key] = put_bucket(key, m, p, l, ts, e)
-        changed = changed + 1
-      elseif sa == w then
-        sb = sb + d
-        if sb < 0 then sb = 0 end
-        local nv = pack('<Bdd', a, sa, sb)
-        redis.call('SET', key, nv, 'KEEPTTL')
-        cur[key] = nv
-        changed = changed + 1
-      end
-    end
-  end
-  return changed
 end
 
 -- Groups. G holds the slots of the group being operated on, decoded from
@@ -497,21 +369,34 @@ local function gsave(gkey, slack)
   cur[gkey] = v
 end
 
--- greserve is reserve (or peek) over counters kept in one group value, the
--- operation's only key. Per debit the arguments add the counter's id and
--- its key of the per-key layout (read once, when the group does not exist
--- yet, so that counters survive the change of layout). st is laid out as
--- in reserve, with the id at 10 and the slot (0: none yet) at 11.
-local function greserve(base, n, charge, args, pos)
+-- reserve is a reserve (charge true) or a peek over n debits, each with a
+-- key of its own, or over a group (grouped): the counters are slots of the
+-- operation's only key (see gload), found by id. Per debit st holds at
+-- 12(i-1): alg, max, per, window end (s), base a, base b, after-charge a,
+-- after-charge b, whether this is the counter's last occurrence (the one
+-- written), the counter (its key, or its id in a group), then with keys
+-- whether the key already holds a state of the current window (then its
+-- TTL, until 1 s past the window's end, is already right: the write is SET
+-- KEEPTTL, with no TTL to compute) and a bucket key's expiry; in a group,
+-- the counter's slot (0: none yet).
+local function reserve(base, n, charge, args, pos, grouped)
   if not now then now, now_s, real_ms = now_us(clock) end
-  local gkey = KEYS[base + 1]
-  local present = gload(read(base, 1, gkey))
+  local gkey, present
+  if grouped then
+    gkey = KEYS[base + 1]
+    present = gload(read(base, 1, gkey))
+  end
   local denied, retry, never, slack = -1, 0, 0, 0
   for i = 1, n do
-    local a, m, p, x, id, kl
-    a, m, p, x, id, kl, pos = unpack_state('<dddddH', args, pos)
-    local kpos = pos
-    pos = pos + kl
+    local a, m, p, x, ident, kl, kpos
+    if grouped then
+      a, m, p, x, ident, kl, pos = unpack_state('<dddddH', args, pos)
+      kpos = pos
+      pos = pos + kl
+    else
+      a, m, p, x, pos = unpack_state('<dddd', args, pos)
+      ident = KEYS[base + i]
+    end
     local ws, we = 0, 0
     if a == 3 then
       if not mws then mws, mwe = month_bounds(now_s) end
@@ -521,29 +406,38 @@ local function greserve(base, n, charge, args, pos)
       ws = floor(now_s / per_s) * per_s
       we = ws + per_s
     end
-    local o = (i - 1) * 11
-    local ba, bb, ca, cb, s
+    local o = (i - 1) * 12
+    local ba, bb, ca, cb, e, s
+    local same = false
     local j = 0
     for q = i - 1, 1, -1 do
-      if st[(q - 1) * 11 + 10] == id then j = q break end
+      if st[(q - 1) * 12 + 10] == ident then j = q break end
     end
     if j > 0 then
-      local oj = (j - 1) * 11
+      -- The earlier debit's charge is what this one sees, unless it was
+      -- under another algorithm: that state counts as absent.
+      local oj = (j - 1) * 12
       st[oj + 9] = false
-      s = st[oj + 11]
+      if grouped then s = st[oj + 11] end
       if st[oj + 1] == a then
-        ba, bb, ca, cb = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8]
+        ba, bb, ca, cb, e = st[oj + 5], st[oj + 6], st[oj + 7], st[oj + 8], st[oj + 12]
       else
         ca, cb = advance(a, m, p, nil, nil, now, ws)
         ba, bb = ca, cb
       end
     else
       local sa, sb
-      s = gfind(id)
-      if s > 0 then
-        if G[s * 5 - 3] == a then sa, sb = G[s * 5 - 2], G[s * 5 - 1] end
-      elseif not present and kl > 0 then
-        sa, sb = decode(redis.call('GET', string.sub(args, kpos, kpos + kl - 1)), a)
+      if grouped then
+        s = gfind(ident)
+        if s > 0 then
+          if G[s * 5 - 3] == a then sa, sb = G[s * 5 - 2], G[s * 5 - 1] end
+        elseif not present and kl > 0 then
+          -- No group yet: start from the counter's per-key state.
+          sa, sb = decode(redis.call('GET', string.sub(args, kpos, kpos + kl - 1)), a)
+        end
+      else
+        sa, sb, e = decode(read(base, i, ident), a)
+        same = a ~= 1 and sa == ws
       end
       ca, cb = advance(a, m, p, sa, sb, now, ws)
       ba, bb = ca, cb
@@ -562,20 +456,21 @@ local function greserve(base, n, charge, args, pos)
       end
       xa, xb = ca, cb + x
     end
-    st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9], st[o + 10], st[o + 11] =
-      a, m, p, we, ba, bb, xa, xb, true, id, s
+    if grouped then same = s end
+    st[o + 1], st[o + 2], st[o + 3], st[o + 4], st[o + 5], st[o + 6], st[o + 7], st[o + 8], st[o + 9], st[o + 10], st[o + 11], st[o + 12] =
+      a, m, p, we, ba, bb, xa, xb, true, ident, same, e or false
   end
   local write = denied < 0 and charge
   local out = rep
   out[1], out[2], out[3], out[4] = 0, denied, retry, never
   if denied < 0 then out[1] = 1 end
   for i = 1, n do
-    local o = (i - 1) * 11
+    local o = (i - 1) * 12
     local ai, mi, pi, we = st[o + 1], st[o + 2], st[o + 3], st[o + 4]
     local a, b
     if write then
       a, b = st[o + 7], st[o + 8]
-      if st[o + 9] then
+      if st[o + 9] and grouped then
         local s = st[o + 11]
         if s == 0 then
           gn = gn + 1
@@ -592,6 +487,17 @@ local function greserve(base, n, charge, args, pos)
         end
         local q = s * 5
         G[q - 3], G[q - 2], G[q - 1], G[q] = ai, a, b, z
+      elseif st[o + 9] then
+        local key = st[o + 10]
+        if ai == 1 then
+          cur[key] = put_bucket(key, mi, pi, a, b, st[o + 12] or nil)
+        elseif st[o + 11] then
+          local v = pack('<Bdd', ai, a, b)
+          redis.call('SET', key, v, 'KEEPTTL')
+          cur[key] = v
+        else
+          cur[key] = put_window(key, ai, a, b, we)
+        end
       end
     else
       a, b = st[o + 5], st[o + 6]
@@ -605,47 +511,69 @@ local function greserve(base, n, charge, args, pos)
       out[r + 1], out[r + 2], out[r + 3] = mi - b, we * 1000000 - now, a
     end
   end
-  if write then gsave(gkey, slack) end
+  if write and grouped then gsave(gkey, slack) end
   return pack_doubles(out, 4 + 3 * n)
 end
 
--- gadjust is adjust over counters kept in one group value. Per debit the
--- arguments add the counter's id.
-local function gadjust(base, n, args, pos)
-  local gkey = KEYS[base + 1]
-  gload(read(base, 1, gkey))
+-- adjust applies n deltas, to keys of their own or (grouped) to the slots
+-- of the operation's only key, found by the id each debit adds.
+local function adjust(base, n, args, pos, grouped)
+  local gkey
+  if grouped then
+    gkey = KEYS[base + 1]
+    gload(read(base, 1, gkey))
+  end
   local changed, slack = 0, 0
   for i = 1, n do
     local a, m, p, w, d, id
-    a, m, p, w, d, id, pos = unpack_state('<dddddd', args, pos)
+    if grouped then
+      a, m, p, w, d, id, pos = unpack_state('<dddddd', args, pos)
+    else
+      a, m, p, w, d, pos = unpack_state('<ddddd', args, pos)
+    end
     if d ~= 0 then
-      local s = gfind(id)
-      local q = s * 5
+      local key, sa, sb, e, s, q
+      if grouped then
+        s = gfind(id)
+        q = s * 5
+        if s > 0 and G[q - 3] == a then sa, sb = G[q - 2], G[q - 1] end
+      else
+        key = KEYS[base + i]
+        sa, sb, e = decode(read(base, i, key), a)
+      end
       if a == 1 then
         if not now then now, now_s, real_ms = now_us(clock) end
-        local sa, sb
-        if s > 0 and G[q - 3] == 1 then sa, sb = G[q - 2], G[q - 1] end
         local l, ts = advance(1, m, p, sa, sb, now, 0)
         l = l - d
         if l > m then l = m end
-        if s == 0 then
-          gn = gn + 1
-          q = gn * 5
-          G[q - 4] = id
+        if not grouped then
+          cur[key] = put_bucket(key, m, p, l, ts, e)
+        else
+          if s == 0 then
+            gn = gn + 1
+            q = gn * 5
+            G[q - 4] = id
+          end
+          G[q - 3], G[q - 2], G[q - 1], G[q] = 1, l, ts, bucket_z(m, p, l)
+          local sl = floor(p / 1000)
+          if sl > slack then slack = sl end
         end
-        G[q - 3], G[q - 2], G[q - 1], G[q] = 1, l, ts, bucket_z(m, p, l)
-        local sl = floor(p / 1000)
-        if sl > slack then slack = sl end
         changed = changed + 1
-      elseif s > 0 and G[q - 3] == a and G[q - 2] == w then
-        local u = G[q - 1] + d
-        if u < 0 then u = 0 end
-        G[q - 1] = u
+      elseif sa == w then
+        sb = sb + d
+        if sb < 0 then sb = 0 end
+        if grouped then
+          G[q - 1] = sb
+        else
+          local nv = pack('<Bdd', a, sa, sb)
+          redis.call('SET', key, nv, 'KEEPTTL')
+          cur[key] = nv
+        end
         changed = changed + 1
       end
     end
   end
-  if changed > 0 then gsave(gkey, slack) end
+  if grouped and changed > 0 then gsave(gkey, slack) end
   return changed
 end
 
@@ -658,17 +586,12 @@ while pos <= last do
   kind, n, size, pos = unpack_state('<BHI4', args, pos)
   local ok, r
   local nkeys = n
-  if kind == 3 then
-    ok, r = pcall(adjust, base, n, args, pos)
-  elseif kind <= 2 then
-    ok, r = pcall(reserve, base, n, kind == 1, args, pos)
+  local grouped = kind >= 4
+  if grouped then nkeys = 1 end
+  if kind == 3 or kind == 6 then
+    ok, r = pcall(adjust, base, n, args, pos, grouped)
   else
-    nkeys = 1
-    if kind == 6 then
-      ok, r = pcall(gadjust, base, n, args, pos)
-    else
-      ok, r = pcall(greserve, base, n, kind == 4, args, pos)
-    end
+    ok, r = pcall(reserve, base, n, kind == 1 or kind == 4, args, pos, grouped)
   end
   if not ok then
     if type(r) == 'table' then r = r.err end
