@@ -93,6 +93,17 @@ func TestGroupValueAndTTL(t *testing.T) {
 		t.Fatalf("Peek: %v remaining %v, want [98 100]", err, res.Remaining)
 	}
 
+	// A group of windows only expires 1 s past its last window's end, as a
+	// window key does: no slack.
+	w := []store.Debit{{Key: "{gw}:p:w", Group: "{gw}:p", Limit: window(100, time.Hour), Amount: 1}}
+	if err := s.Reserve(ctx, w, &res); err != nil || !res.Allowed {
+		t.Fatalf("Reserve: %v %v", err, res.Allowed)
+	}
+	end = time.Until(time.Now().Truncate(time.Hour).Add(time.Hour + time.Second))
+	if d := c.PTTL(ctx, s.prefix+"{gw}:p").Val(); d < end-5*time.Second || d > end+5*time.Second {
+		t.Fatalf("window group TTL %v, want about %v", d, end)
+	}
+
 	// A group of buckets only: its TTL follows the refill, as a bucket
 	// key's does, and a group whose last slot empties is deleted.
 	bk := s.prefix + "{gb}:p"

@@ -335,7 +335,8 @@ end
 -- with none is deleted. The key must live until the latest z: the TTL is
 -- kept when the stored expiry covers that, else set with slack (see
 -- put_bucket; slack is the longest period of the buckets just written,
--- between 1 s and 1 h).
+-- between 1 s and 1 h; none when no bucket was written, so that a group of
+-- windows expires 1 s past its last window's end, as a window key does).
 local function gsave(gkey, slack)
   if not now then now, now_s, real_ms = now_us(clock) end
   local k, zmax = 0, 0
@@ -361,7 +362,7 @@ local function gsave(gkey, slack)
     v = gpack(ge)
     redis.call('SET', gkey, v, 'KEEPTTL')
   else
-    if slack < 1000 then slack = 1000 elseif slack > 3600000 then slack = 3600000 end
+    if slack > 3600000 then slack = 3600000 elseif slack > 0 and slack < 1000 then slack = 1000 end
     ge = need + slack
     v = gpack(ge)
     redis.call('SET', gkey, v, 'PXAT', ge)
