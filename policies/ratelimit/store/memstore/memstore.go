@@ -245,6 +245,12 @@ func (s *Store) Adjust(_ context.Context, debits []store.Debit, t *store.Ticket,
 	defer s.unlock(locks)
 	now := s.now().UnixMicro()
 	for i := range debits {
+		if deltas[i] == 0 {
+			// Nothing to apply; in particular a bucket's zero delta must not
+			// replace a state of another algorithm (the redis store skips it
+			// too).
+			continue
+		}
 		d := &debits[i]
 		l := d.Limit
 		sh := &s.shards[idxs[i]]

@@ -42,7 +42,7 @@ func newOpCall(t *testing.T, s *Store, op *batchOp) *scriptCall {
 func TestBatchMatchesGoArithmetic(t *testing.T) {
 	url := redistest.URL(t)
 	ctx := context.Background()
-	for seed, layout := range eachLayout(6) {
+	for seed, layout := range eachLayout(20) {
 		t.Run(fmt.Sprint(layout, seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			now := time.Date(2025, time.February, 27, 22, 0, 0, 0, time.UTC)

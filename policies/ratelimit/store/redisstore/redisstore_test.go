@@ -85,7 +85,7 @@ func deadAddr(t *testing.T) string {
 func TestLuaMatchesGoArithmetic(t *testing.T) {
 	url := redistest.URL(t)
 	ctx := context.Background()
-	for seed, layout := range eachLayout(8) {
+	for seed, layout := range eachLayout(20) {
 		t.Run(fmt.Sprint(layout, seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			now := time.Date(2025, time.January, 30, 23, 0, 0, 0, time.UTC)

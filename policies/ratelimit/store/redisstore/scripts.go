@@ -431,7 +431,10 @@ local function reserve(base, n, charge, args, pos, grouped)
       if grouped then
         s = gfind(ident)
         if s > 0 then
-          if G[s * 5 - 3] == a then sa, sb = G[s * 5 - 2], G[s * 5 - 1] end
+          -- A slot whose z has passed (or that this batch emptied: z 0)
+          -- is absent, as an expired or deleted key would be.
+          local q = s * 5
+          if G[q - 3] == a and G[q] > real_ms then sa, sb = G[q - 2], G[q - 1] end
         elseif not present and kl > 0 then
           -- No group yet: start from the counter's per-key state.
           sa, sb = decode(redis.call('GET', string.sub(args, kpos, kpos + kl - 1)), a)
@@ -521,6 +524,7 @@ end
 local function adjust(base, n, args, pos, grouped)
   local gkey
   if grouped then
+    if not now then now, now_s, real_ms = now_us(clock) end
     gkey = KEYS[base + 1]
     gload(read(base, 1, gkey))
   end
@@ -537,7 +541,7 @@ local function adjust(base, n, args, pos, grouped)
       if grouped then
         s = gfind(id)
         q = s * 5
-        if s > 0 and G[q - 3] == a then sa, sb = G[q - 2], G[q - 1] end
+        if s > 0 and G[q - 3] == a and G[q] > real_ms then sa, sb = G[q - 2], G[q - 1] end
       else
         key = KEYS[base + i]
         sa, sb, e = decode(read(base, i, key), a)

@@ -650,6 +650,18 @@ func testOtherAlgorithm(e *env) {
 	}
 	e.remaining(e.peek(w), 0, 7, 0)
 	e.remaining(e.peek(b), 0, 10, 0)
+	// A zero delta changes nothing, not even under another algorithm.
+	e.adjust([]store.Debit{b}, &store.Ticket{Window: []int64{0}, Origin: r.Ticket.Origin}, 0)
+	e.remaining(e.peek(w), 0, 7, 0)
+
+	// A bucket refunded to full is absent, so a later debit of the same
+	// adjustment on that key under another capacity starts from full.
+	k3 := e.key("o3")
+	b3, b7 := debit(k3, Bucket(3, time.Minute), 1), debit(k3, Bucket(7, time.Minute), 0)
+	r = e.reserve(b3)
+	e.allowed(r)
+	e.adjust([]store.Debit{b3, b7}, &store.Ticket{Window: []int64{0, 0}, Origin: r.Ticket.Origin}, -10, 1)
+	e.remaining(e.peek(b7), 0, 6, 1)
 }
 
 func testInvalid(e *env) {
