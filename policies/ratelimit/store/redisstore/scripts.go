@@ -225,8 +225,9 @@ end
 // Adjust: apply signed deltas in order. A bucket is refilled, then level -=
 // delta, capped at max (absent counts as full). A window changes only while
 // its stored window is the ticket's: used = max(0, used + delta), TTL kept
-// (so the clock is read only if a bucket changes). A key listed twice sees
-// its earlier adjustment. Reply: the number of keys changed.
+// (so with per-key counters the clock is read only if a bucket changes; a
+// group's slots need it to tell which have expired). A key listed twice
+// sees its earlier adjustment. Reply: the number of keys changed.
 const luaBatch = luaCommon + `
 local clock = ARGV[1]
 local mws, mwe    -- the current month, once computed
