@@ -268,13 +268,32 @@ func TestRedisOutage(t *testing.T) {
 		t.Errorf("open gateway served no reservation from its local fallback during the outage")
 	}
 
-	// The open gateway charges Redis again (not its local fallback): Redis
-	// lost every key when it was killed, so the counter holds only what is
-	// sent from here on.
+	// Redis lost every key when it was killed. The open gateway copies what
+	// it charged locally during the outage to Redis once it is back, so
+	// the counter ends up holding at least the outage requests' tokens.
 	used := func() int64 {
 		return replicaCounterUsed(t, redisstore.Options{URL: srv.URL(), KeyPrefix: prefix}, outageLimit)
 	}
-	u0 := used()
+	outageOK := int64(summarise(openLoad.between(tDown, tStart)).ok)
+	var u0 int64
+	copyDeadline := time.Now().Add(10 * time.Second)
+	for {
+		copied := metricValue(t, openGW, `sluice_redis_store_copied_charges_total{result="copied"}`)
+		u := used()
+		time.Sleep(300 * time.Millisecond)
+		if copied > 0 && used() == u {
+			u0 = u
+			break
+		}
+		if time.Now().After(copyDeadline) {
+			t.Fatalf("the open gateway's outage charges were not copied to Redis within 10s (copied %v, counter %d)", copied, u)
+		}
+	}
+	t.Logf("after recovery Redis holds %d tokens; the open gateway served %d requests (%d tokens) locally during the outage", u0, outageOK, outageOK*req.cost)
+	if u0 < outageOK*req.cost {
+		t.Errorf("after recovery Redis holds %d tokens, want at least the %d the open gateway charged locally during the outage (%d requests)", u0, outageOK*req.cost, outageOK)
+	}
+	// New requests through the open gateway charge Redis, not its fallback.
 	client := &http.Client{Timeout: 4 * outageMaxLatency}
 	for range 5 {
 		status, _, b, err := postReplicaChat(ctx, client, openGW.URL, req.body)

@@ -56,6 +56,10 @@ const (
 	kindGroupReserve byte = 4
 	kindGroupPeek    byte = 5
 	kindGroupAdjust  byte = 6
+	// A charge copied back from the local fallback (see copyBack): an
+	// adjust that may start the current window.
+	kindCharge      byte = 7
+	kindGroupCharge byte = 8
 )
 
 // scriptCall is one store operation. The caller owns it until do returns.

@@ -27,6 +27,7 @@ type metrics struct {
 	local    *prometheus.CounterVec
 	fallback prometheus.Gauge
 	dropped  prometheus.Counter
+	copied   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_redis_store_dropped_adjustments_total",
 			Help: "Settlements of Redis reservations dropped because Redis was unreachable (their keys expire).",
 		})),
+		copied: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_redis_store_copied_charges_total",
+			Help: "Net charges of the local fallback (failureMode open) per counter and window, copied to Redis once it answered again, by result: copied, failed (a script or argument error; logged), overflow (not journaled: too many counters in one outage).",
+		}, []string{"result"})),
 	}
 	for i, op := range []string{opReserve, opAdjust, opPeek} {
 		m.byOp[i] = m.latency.WithLabelValues(op)

@@ -12,7 +12,8 @@
 //
 // When Redis is unreachable (connection error, timeout, cluster down) the
 // store follows its failure mode: "open" serves the call from an in-process
-// fallback store and marks the ticket so that its settlement goes there too;
+// fallback store and marks the ticket so that its settlement goes there too,
+// and copies those charges to Redis once it answers again (copyBack);
 // "closed" returns an error wrapping store.ErrUnavailable. After a failure,
 // calls skip Redis for a short back-off (probeInterval) and then try it
 // again; go-redis redials by itself, so service resumes without a restart.
@@ -30,6 +31,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -137,6 +139,12 @@ type Store struct {
 
 	co        *coalescer
 	settledFn func(*scriptCall) // s.settled, bound once
+
+	// journal holds the local fallback's charges until copyBack copies them
+	// to Redis; copying is set while a copy runs, copies counts them.
+	journal journal
+	copying atomic.Bool
+	copies  sync.WaitGroup
 
 	// skipUntil is the wall-clock UnixNano until which calls skip Redis after
 	// a failure (0: Redis is believed up).
@@ -385,7 +393,11 @@ func (s *Store) Adjust(ctx context.Context, debits []store.Debit, t *store.Ticke
 		}
 	}
 	if t.Origin == OriginLocal {
-		return s.local.Adjust(ctx, debits, t, deltas)
+		if err := s.local.Adjust(ctx, debits, t, deltas); err != nil {
+			return err
+		}
+		s.journalLocal(debits, t.Window, func(i int) int64 { return deltas[i] })
+		return nil
 	}
 	if allZero(deltas) {
 		return nil
@@ -448,29 +460,41 @@ func (s *Store) dropErr(cause error) error {
 	return unavailable(cause)
 }
 
-// Close implements store.Store: it waits for the settlements still being
-// sent in the background (each bounded by the command timeouts), then
-// closes the Redis client and stops the fallback store's sweeper. Calls
-// must not be made during or after Close.
+// Close implements store.Store: it copies the local fallback's charges
+// still journaled to Redis if Redis is up (see copyBack; within
+// copyTimeout), waits for the settlements still being sent in the
+// background (each bounded by the command timeouts), then closes the Redis
+// client and stops the fallback store's sweeper. Calls must not be made
+// during or after Close.
 func (s *Store) Close() error {
+	s.finalCopy()
 	s.co.close()
 	_ = s.local.Close()
 	return s.client.Close()
 }
 
 // prepare fills sc for one operation of luaBatch: kind is kindReserve,
-// kindPeek or kindAdjust (windows and deltas are only read by the latter),
-// made the group variant when the debits share a store.Debit.Group.
+// kindPeek, kindAdjust or kindCharge (windows and deltas are only read by
+// the latter two), made the group variant when the debits share a
+// store.Debit.Group.
 func (s *Store) prepare(sc *scriptCall, kind byte, debits []store.Debit, windows, deltas []int64) error {
 	group, err := s.keys(sc, debits)
 	if err != nil {
 		return err
 	}
 	if group {
-		// kindReserve, kindPeek, kindAdjust -> their group variants.
-		kind += kindGroupReserve - kindReserve
+		switch kind {
+		case kindReserve:
+			kind = kindGroupReserve
+		case kindPeek:
+			kind = kindGroupPeek
+		case kindAdjust:
+			kind = kindGroupAdjust
+		case kindCharge:
+			kind = kindGroupCharge
+		}
 	}
-	if kind == kindAdjust || kind == kindGroupAdjust {
+	if kind == kindAdjust || kind == kindGroupAdjust || kind == kindCharge || kind == kindGroupCharge {
 		sc.num = packAdjust(sc.num[:0], kind, debits, windows, deltas)
 	} else {
 		sc.num = packReserve(sc.num[:0], kind, debits, s.prefix)
@@ -551,14 +575,15 @@ func packReserve(b []byte, kind byte, debits []store.Debit, prefix string) []byt
 
 // packAdjust appends one adjust operation of luaBatch: its header, then per
 // debit alg, max, period_us, window_s, delta, as in packReserve; over a
-// group (kind kindGroupAdjust) the counter's id too.
+// group (kind kindGroupAdjust or kindGroupCharge) the counter's id too. A
+// charge (kindCharge, kindGroupCharge) is packed as an adjust.
 func packAdjust(b []byte, kind byte, debits []store.Debit, windows, deltas []int64) []byte {
 	b, h := appendHeader(b, kind, len(debits))
 	for i := range debits {
 		b = appendLimit(b, &debits[i])
 		b = appendF64(b, float64(windows[i]))
 		b = appendF64(b, float64(deltas[i]))
-		if kind == kindGroupAdjust {
+		if kind == kindGroupAdjust || kind == kindGroupCharge {
 			b = appendF64(b, counterID(debits[i].Key))
 		}
 	}
@@ -639,6 +664,9 @@ func (s *Store) fallback(ctx context.Context, op string, debits []store.Debit, r
 		err = s.local.Peek(ctx, debits, res)
 	} else {
 		err = s.local.Reserve(ctx, debits, res)
+		if err == nil && res.Allowed {
+			s.journalLocal(debits, res.Ticket.Window, func(i int) int64 { return debits[i].Amount })
+		}
 	}
 	res.Ticket.Origin = OriginLocal
 	return err
@@ -658,13 +686,15 @@ func (s *Store) skipping() bool {
 	return until != 0 && time.Now().UnixNano() < until
 }
 
-// up records a successful round trip.
+// up records a successful round trip, and starts copying the local
+// fallback's charges to Redis if there are any.
 func (s *Store) up() {
 	if s.skipUntil.Load() != 0 {
 		s.skipUntil.Store(0)
 		s.m.fallback.Set(0)
 		s.log.Info("redisstore: redis reachable again")
 	}
+	s.startCopyBack()
 }
 
 func (s *Store) logOutage(op, kind string, err error) {

@@ -201,14 +201,16 @@ end
 // KEYS are the operations' keys, concatenated: n per operation, or one
 // (the group's) for an operation over a group. ARGV[1] is the clock spec
 // (see now_us). ARGV[2] holds per operation a header, struct '<BHI4': kind
-// (1 reserve, 2 peek, 3 adjust; 4, 5, 6 the same over a group), its number
+// (1 reserve, 2 peek, 3 adjust; 4, 5, 6 the same over a group; 7, 8 a
+// charge copied back from the local fallback: an adjust that may start the
+// current window, per key and over a group), its number
 // of debits n and the size of what follows, then per debit: for reserve and
 // peek the little-endian doubles alg, max, period_us, amount (32 bytes, see
-// packReserve); for adjust alg, max, period_us, window_s, delta (40 bytes,
-// see packAdjust). Over a group, reserve and peek add the counter's id and
-// its key of the per-key layout ('<dH' then the key, see packGroupReserve;
-// read when the group does not exist yet, so that counters charged before
-// groups carry over), and adjust the id. One string instead of numbers per
+// packReserve); for adjust and charge alg, max, period_us, window_s, delta
+// (40 bytes, see packAdjust). Over a group, reserve and peek add the
+// counter's id and its key of the per-key layout ('<dH' then the key, see
+// packReserve; read when the group does not exist yet, so that counters
+// charged before groups carry over), and adjust and charge the id. One string instead of numbers per
 // key, which Redis would turn into Lua strings and the script parse.
 //
 // Reply: per operation, in order, its reply or, if it failed, a one-element
@@ -298,6 +300,17 @@ local function gfind(id)
   return 0
 end
 
+-- gslot returns q, the index of the last entry of slot s (z; its id is at
+-- q - 4) of counter id, appending a slot when it has none (s 0).
+local function gslot(s, id)
+  if s == 0 then
+    gn = gn + 1
+    s = gn
+    G[s * 5 - 4] = id
+  end
+  return s * 5
+end
+
 -- gpack returns the group value of G (gn slots) with expiry e: at once up
 -- to 39 slots (unpack's values go on the Lua stack), else in parts.
 local function gpack(e)
@@ -371,6 +384,20 @@ local function gsave(gkey, slack)
   cur[gkey] = v
 end
 
+-- window_of returns the current window (start, end; s) of a window
+-- counter of algorithm a and period p (µs); 0, 0 for a bucket.
+local function window_of(a, p)
+  if a == 3 then
+    if not mws then mws, mwe = month_bounds(now_s) end
+    return mws, mwe
+  elseif a == 2 then
+    local per_s = p / 1000000
+    local ws = floor(now_s / per_s) * per_s
+    return ws, ws + per_s
+  end
+  return 0, 0
+end
+
 -- reserve is a reserve (charge true) or a peek over n debits, each with a
 -- key of its own, or over a group (grouped): the counters are slots of the
 -- operation's only key (see gload), found by id. Per debit st holds at
@@ -399,15 +426,7 @@ local function reserve(base, n, charge, args, pos, grouped)
       a, m, p, x, pos = unpack_state('<dddd', args, pos)
       ident = KEYS[base + i]
     end
-    local ws, we = 0, 0
-    if a == 3 then
-      if not mws then mws, mwe = month_bounds(now_s) end
-      ws, we = mws, mwe
-    elseif a == 2 then
-      local per_s = p / 1000000
-      ws = floor(now_s / per_s) * per_s
-      we = ws + per_s
-    end
+    local ws, we = window_of(a, p)
     local o = (i - 1) * 12
     local ba, bb, ca, cb, e, s
     local same = false
@@ -476,12 +495,7 @@ local function reserve(base, n, charge, args, pos, grouped)
     if write then
       a, b = st[o + 7], st[o + 8]
       if st[o + 9] and grouped then
-        local s = st[o + 11]
-        if s == 0 then
-          gn = gn + 1
-          s = gn
-          G[s * 5 - 4] = st[o + 10]
-        end
+        local q = gslot(st[o + 11], st[o + 10])
         local z
         if ai == 1 then
           z = bucket_z(mi, pi, a)
@@ -490,7 +504,6 @@ local function reserve(base, n, charge, args, pos, grouped)
         else
           z = window_z(we)
         end
-        local q = s * 5
         G[q - 3], G[q - 2], G[q - 1], G[q] = ai, a, b, z
       elseif st[o + 9] then
         local key = st[o + 10]
@@ -521,11 +534,16 @@ local function reserve(base, n, charge, args, pos, grouped)
 end
 
 -- adjust applies n deltas, to keys of their own or (grouped) to the slots
--- of the operation's only key, found by the id each debit adds.
-local function adjust(base, n, args, pos, grouped)
+-- of the operation's only key, found by the id each debit adds. With
+-- create (a charge copied from the local fallback, see Store.copyBack) a
+-- window counter that holds no state of the ticket's window starts it,
+-- empty, when that window is the current one.
+local function adjust(base, n, args, pos, grouped, create)
   local gkey
-  if grouped then
+  if grouped or create then
     if not now then now, now_s, real_ms = now_us(clock) end
+  end
+  if grouped then
     gkey = KEYS[base + 1]
     gload(read(base, 1, gkey))
   end
@@ -555,11 +573,7 @@ local function adjust(base, n, args, pos, grouped)
         if not grouped then
           cur[key] = put_bucket(key, m, p, l, ts, e)
         else
-          if s == 0 then
-            gn = gn + 1
-            q = gn * 5
-            G[q - 4] = id
-          end
+          q = gslot(s, id)
           G[q - 3], G[q - 2], G[q - 1], G[q] = 1, l, ts, bucket_z(m, p, l)
           local sl = floor(p / 1000)
           if sl > slack then slack = sl end
@@ -576,6 +590,17 @@ local function adjust(base, n, args, pos, grouped)
           cur[key] = nv
         end
         changed = changed + 1
+      elseif create and d > 0 then
+        local ws, we = window_of(a, p)
+        if ws == w then
+          if not grouped then
+            cur[key] = put_window(key, a, w, d, we)
+          else
+            q = gslot(s, id)
+            G[q - 3], G[q - 2], G[q - 1], G[q] = a, w, d, window_z(we)
+          end
+          changed = changed + 1
+        end
       end
     end
   end
@@ -592,10 +617,10 @@ while pos <= last do
   kind, n, size, pos = unpack_state('<BHI4', args, pos)
   local ok, r
   local nkeys = n
-  local grouped = kind >= 4
+  local grouped = kind == 4 or kind == 5 or kind == 6 or kind == 8
   if grouped then nkeys = 1 end
-  if kind == 3 or kind == 6 then
-    ok, r = pcall(adjust, base, n, args, pos, grouped)
+  if kind == 3 or kind == 6 or kind >= 7 then
+    ok, r = pcall(adjust, base, n, args, pos, grouped, kind >= 7)
   else
     ok, r = pcall(reserve, base, n, kind == 1 or kind == 4, args, pos, grouped)
   end
