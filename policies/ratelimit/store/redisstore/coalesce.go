@@ -155,7 +155,9 @@ func (c *coalescer) do(ctx context.Context, sc *scriptCall) {
 // every round trip is busy (so sc would have queued anyway) and the queue
 // is short; otherwise it returns false and the caller must use do. Calls
 // made after post returns are sent after sc or in the same invocation, never
-// before it (see unsent).
+// before it (see unsent). Sent, not run: a later invocation goes out on
+// another connection and may reach Redis first if sc's write is delayed
+// (store.Store.Adjust allows a read to miss a settlement briefly).
 func (c *coalescer) post(sc *scriptCall, done func(*scriptCall)) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
