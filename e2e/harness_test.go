@@ -418,7 +418,7 @@ func (c chatReq) completion() int64 {
 // counterKey is the engine's key of a counter (docs/ratelimit.md, "Keys and
 // scopes"): {scope}:policy:meter:period.
 func counterKey(scope, policy, meter string, l store.Limit) string {
-	return "{" + scope + "}:" + policy + ":" + meter + ":" + ratelimit.PeriodLabel(l)
+	return ratelimit.GroupKey(scope, policy) + ":" + meter + ":" + ratelimit.PeriodLabel(l)
 }
 
 // window is a fixed-window limit of max units per d.

@@ -25,6 +25,7 @@ import (
 	"sluice/internal/proctest"
 	"sluice/internal/redistest"
 	"sluice/llmapi"
+	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/store"
 	"sluice/policies/ratelimit/store/redisstore"
 	"sluice/tokencount"
@@ -378,12 +379,9 @@ func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int6
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// The engine keeps a scope's counters in one group (store.Debit.Group).
-	group := "{replicas:" + replicaAppID + "}:token-based-ratelimit"
-	debits := []store.Debit{{
-		Key:   group + ":total:window-1h",
-		Group: group,
-		Limit: store.Limit{Algorithm: store.FixedWindow, Max: limit, Period: time.Hour},
-	}}
+	scope, policy := "replicas:"+replicaAppID, "token-based-ratelimit"
+	l := store.Limit{Algorithm: store.FixedWindow, Max: limit, Period: time.Hour}
+	debits := []store.Debit{{Key: counterKey(scope, policy, "total", l), Group: ratelimit.GroupKey(scope, policy), Limit: l}}
 	var res store.Result
 	if err := s.Peek(ctx, debits, &res); err != nil {
 		t.Fatalf("peek the shared counter: %v", err)

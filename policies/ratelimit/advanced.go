@@ -242,7 +242,7 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 		opts.Key = func(scope string, i int) string {
 			c := counters[i]
 			parts := strings.Split(scope, scopeSep)
-			return "{" + route.RouteName + "}:" + AdvancedName + ":" + meters[c.Meter].Name + ":" + PeriodLabel(c.Limit) + ":" + parts[c.Meter]
+			return GroupKey(route.RouteName, AdvancedName) + ":" + meters[c.Meter].Name + ":" + PeriodLabel(c.Limit) + ":" + parts[c.Meter]
 		}
 	}
 	eng, err := New(opts)

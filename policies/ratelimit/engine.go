@@ -147,12 +147,16 @@ func (e *Engine) OpenReservations() int64 { return e.open.Load() }
 // counters of one scope live in one slot, so one reservation is one script.
 func (e *Engine) StandardKey(scope string, i int) string {
 	c := e.counters[i]
-	k := "{" + scope + "}:" + e.policy + ":" + e.meters[c.Meter].Name + ":" + PeriodLabel(c.Limit)
+	k := GroupKey(scope, e.policy) + ":" + e.meters[c.Meter].Name + ":" + PeriodLabel(c.Limit)
 	if c.Rule != "" {
 		k += ":model:" + c.Rule
 	}
 	return k
 }
+
+// GroupKey is "{scope}:<policy>": the store.Debit.Group of policy's counters
+// under scope with the standard keys, and the start of each of their keys.
+func GroupKey(scope, policy string) string { return "{" + scope + "}:" + policy }
 
 // Scope returns the cached scope for id, building it with name(id) on first
 // use. id is whatever identifies the scope cheaply (the application id for a
@@ -166,7 +170,7 @@ func (e *Engine) Scope(id string, name func(id string) string) *Scope {
 		s.Keys[i] = e.keyFn(s.Name, i)
 	}
 	if e.standardKeys {
-		s.Group = "{" + s.Name + "}:" + e.policy
+		s.Group = GroupKey(s.Name, e.policy)
 	}
 	if e.scopeN.Add(1) > maxCachedScopes {
 		e.scopes.Clear()
