@@ -536,9 +536,9 @@ func (s *Store) keys(sc *scriptCall, debits []store.Debit) (group bool, err erro
 	if s.cluster {
 		slot := Slot(keys[0])
 		for i := range debits {
-			if k := s.prefix + debits[i].Key; Slot(k) != slot {
-				s.log.Error("redisstore: keys of one call span cluster slots; share a {hash tag}", "first", keys[0], "other", k)
-				return false, fmt.Errorf("redisstore: keys %q and %q hash to different cluster slots: give them one {hash tag}", keys[0], k)
+			if k := debits[i].Key; slotOf(s.prefix, k) != slot {
+				s.log.Error("redisstore: keys of one call span cluster slots; share a {hash tag}", "first", keys[0], "other", s.prefix+k)
+				return false, fmt.Errorf("redisstore: keys %q and %q hash to different cluster slots: give them one {hash tag}", keys[0], s.prefix+k)
 			}
 		}
 		sc.slot = slot

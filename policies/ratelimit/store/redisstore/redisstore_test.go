@@ -395,6 +395,15 @@ func TestSlot(t *testing.T) {
 	if Slot("sluice:{r:a}tokens:1h") != Slot("sluice:{r:a}cost:month") {
 		t.Error("keys with one hash tag hash to different slots")
 	}
+	// slotOf(prefix, key) is Slot(prefix + key), tag or no tag, braces in
+	// the prefix or not.
+	for _, prefix := range []string{"", "sluice:", "a{b", "{p}", "x}"} {
+		for _, key := range []string{"", "foo", "{foo}bar", "{}foo", "}{a}", "{r:a}w", "b}c", "{open"} {
+			if got, want := slotOf(prefix, key), Slot(prefix+key); got != want {
+				t.Errorf("slotOf(%q, %q) = %d, Slot of the two = %d", prefix, key, got, want)
+			}
+		}
+	}
 }
 
 // Stopping the server mid-load: open mode keeps answering from the local
