@@ -122,9 +122,8 @@ func TestCloseFlushesBackgroundSettlements(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	var res store.Result
-	if err := plain.Peek(context.Background(), ds, &res); err != nil || res.Remaining[0] != 97 {
-		t.Fatalf("after Close: remaining %v (%v), want 97", res.Remaining, err)
+	if rem := peekRemaining(t, plain, ds); rem[0] != 97 {
+		t.Fatalf("after Close: remaining %v, want 97", rem)
 	}
 }
 

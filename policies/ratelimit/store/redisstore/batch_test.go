@@ -14,7 +14,6 @@ import (
 
 	"sluice/internal/redistest"
 	"sluice/policies/ratelimit/store"
-	"sluice/policies/ratelimit/store/memstore"
 )
 
 // batchOp is one operation of a hand-built batch.
@@ -46,13 +45,8 @@ func TestBatchMatchesGoArithmetic(t *testing.T) {
 		t.Run(fmt.Sprint(layout, seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			now := time.Date(2025, time.February, 27, 22, 0, 0, 0, time.UTC)
-			rs := newTestStore(t, Options{URL: url})
-			rs.clockSpec = func() string { return fixedClock(now) }
-			ls := memstore.New(memstore.Options{Now: func() time.Time { return now }, SweepEvery: -1})
-			limits := []store.Limit{
-				bucket(7, 3*time.Second), bucket(1000, time.Minute), bucket(3, 7*time.Millisecond+3*time.Microsecond),
-				window(10, time.Second), window(100, 7*time.Second), month(50),
-			}
+			rs, ls := newMirror(t, url, &now)
+			limits := mirrorLimits
 			type granted struct {
 				debits []store.Debit
 				ticket store.Ticket
@@ -86,7 +80,7 @@ func TestBatchMatchesGoArithmetic(t *testing.T) {
 						if rng.IntN(10) == 0 {
 							l = rng.IntN(len(limits))
 						}
-						op.debits[j] = store.Debit{Key: fmt.Sprintf("{s}k%d", k), Group: layout.group("{s}g"), Limit: limits[l], Amount: rng.Int64N(limits[l].Max + 2)}
+						op.debits[j] = layout.mirrorDebit(k, limits[l], rng.Int64N(limits[l].Max+2))
 					}
 				}
 				calls := make([]*scriptCall, len(ops))
@@ -172,9 +166,8 @@ func TestBatchOperationFailsAlone(t *testing.T) {
 			t.Fatalf("op %d: %v", i, calls[i].err)
 		}
 	}
-	var res store.Result
-	if err := s.Peek(ctx, good, &res); err != nil || res.Remaining[0] != 94 {
-		t.Fatalf("after: remaining %v (%v), want 94 (both good ops applied)", res.Remaining, err)
+	if rem := peekRemaining(t, s, good); rem[0] != 94 {
+		t.Fatalf("after: remaining %v, want 94 (both good ops applied)", rem)
 	}
 }
 
@@ -279,10 +272,7 @@ func TestReserveManyDebits(t *testing.T) {
 			if err := s.Adjust(ctx, ds, &res.Ticket, deltas); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Peek(ctx, ds, &res); err != nil {
-				t.Fatal(err)
-			}
-			for i, rem := range res.Remaining {
+			for i, rem := range peekRemaining(t, s, ds) {
 				if rem != 1000-2*int64(i) {
 					t.Fatalf("after Adjust, debit %d: remaining %d, want %d", i, rem, 1000-2*i)
 				}

@@ -239,9 +239,8 @@ func TestCanceledWhileQueuedIsNeverSent(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	var res store.Result
-	if err := s.Peek(context.Background(), ds, &res); err != nil || res.Remaining[0] != 99 {
-		t.Fatalf("after: remaining %v (%v), want 99: the canceled call must not charge", res.Remaining, err)
+	if rem := peekRemaining(t, s, ds); rem[0] != 99 {
+		t.Fatalf("after: remaining %v, want 99: the canceled call must not charge", rem)
 	}
 }
 
@@ -312,11 +311,8 @@ func coalescedLoad(t *testing.T, o Options) {
 		// Store.Adjust), so the counts must hold once they land.
 		var used []int64
 		for deadline := time.Now().Add(3 * time.Second); ; {
-			var res store.Result
-			if err := s.Peek(ctx, ds, &res); err != nil {
-				t.Fatal(err)
-			}
-			used = []int64{1<<40 - res.Remaining[0], 1<<40 - res.Remaining[1]}
+			rem := peekRemaining(t, s, ds)
+			used = []int64{1<<40 - rem[0], 1<<40 - rem[1]}
 			if used[0] == 3*perScope && used[1] == 10*perScope || time.Now().After(deadline) {
 				break
 			}

@@ -112,9 +112,8 @@ func TestCopiedChargeOfEndedWindowIsDropped(t *testing.T) {
 			t.Fatalf("group %q: charge of the last hour: reply %v err %v, want 0 counters changed", group, sc.reply, sc.err)
 		}
 		putCall(sc)
-		var res store.Result
-		if err := s.Peek(ctx, ds, &res); err != nil || res.Remaining[0] != 100 {
-			t.Fatalf("group %q: remaining %v (%v), want 100", group, res.Remaining, err)
+		if rem := peekRemaining(t, s, ds); rem[0] != 100 {
+			t.Fatalf("group %q: remaining %v, want 100", group, rem)
 		}
 	}
 }

@@ -89,8 +89,8 @@ func TestGroupValueAndTTL(t *testing.T) {
 	if n := slots(); n != 1 {
 		t.Fatalf("%d slots after the bucket filled up, want 1", n)
 	}
-	if err := s.Peek(ctx, ds, &res); err != nil || res.Remaining[0] != 98 || res.Remaining[1] != 100 {
-		t.Fatalf("Peek: %v remaining %v, want [98 100]", err, res.Remaining)
+	if rem := peekRemaining(t, s, ds); rem[0] != 98 || rem[1] != 100 {
+		t.Fatalf("remaining %v, want [98 100]", rem)
 	}
 
 	// A group of windows only expires 1 s past its last window's end, as a
@@ -179,11 +179,9 @@ func TestGroupCountersFoundByKey(t *testing.T) {
 			t.Fatalf("Reserve: %v %v", err, res.Allowed)
 		}
 	}
-	if err := s.Peek(ctx, []store.Debit{d("d", 0), d("c", 0), d("b", 0), d("a", 0)}, &res); err != nil {
-		t.Fatal(err)
-	}
-	if want := []int64{968, 932, 982, 991}; fmt.Sprint(res.Remaining) != fmt.Sprint(want) {
-		t.Fatalf("remaining %v, want %v", res.Remaining, want)
+	rem := peekRemaining(t, s, []store.Debit{d("d", 0), d("c", 0), d("b", 0), d("a", 0)})
+	if want := []int64{968, 932, 982, 991}; fmt.Sprint(rem) != fmt.Sprint(want) {
+		t.Fatalf("remaining %v, want %v", rem, want)
 	}
 }
 

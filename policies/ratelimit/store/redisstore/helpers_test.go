@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"log/slog"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"sluice/internal/redistest"
 	"sluice/policies/ratelimit/store"
+	"sluice/policies/ratelimit/store/memstore"
 	"sluice/policies/ratelimit/store/storetest"
 )
 
@@ -156,4 +158,37 @@ func eachLayout(n uint64) iter.Seq2[uint64, layout] {
 			}
 		}
 	}
+}
+
+// mirrorLimits are what the randomized Lua-against-memstore tests charge:
+// buckets and windows of several sizes, one far below a millisecond's
+// refill, and a month.
+var mirrorLimits = []store.Limit{
+	bucket(7, 3*time.Second), bucket(1000, time.Minute), bucket(3, 7*time.Millisecond+3*time.Microsecond),
+	window(10, time.Second), window(100, 7*time.Second), month(50),
+}
+
+// newMirror returns a redis store whose scripts' clock is *now and a
+// memstore on the same clock, for tests that replay one operation sequence
+// on both.
+func newMirror(t *testing.T, url string, now *time.Time) (*Store, *memstore.Store) {
+	rs := newTestStore(t, Options{URL: url})
+	rs.clockSpec = func() string { return fixedClock(*now) }
+	return rs, memstore.New(memstore.Options{Now: func() time.Time { return *now }, SweepEvery: -1})
+}
+
+// mirrorDebit is counter k ("{s}k<k>") of the randomized tests under limit
+// lim, in layout l.
+func (l layout) mirrorDebit(k int, lim store.Limit, amount int64) store.Debit {
+	return store.Debit{Key: fmt.Sprintf("{s}k%d", k), Group: l.group("{s}g"), Limit: lim, Amount: amount}
+}
+
+// peekRemaining peeks ds on s and returns the remaining units per debit.
+func peekRemaining(t testing.TB, s store.Store, ds []store.Debit) []int64 {
+	t.Helper()
+	var res store.Result
+	if err := s.Peek(context.Background(), ds, &res); err != nil {
+		t.Fatalf("Peek: %v", err)
+	}
+	return res.Remaining
 }

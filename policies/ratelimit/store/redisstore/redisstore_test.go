@@ -20,7 +20,6 @@ import (
 	"sluice/gateway/config"
 	"sluice/internal/redistest"
 	"sluice/policies/ratelimit/store"
-	"sluice/policies/ratelimit/store/memstore"
 	"sluice/policies/ratelimit/store/storetest"
 )
 
@@ -89,21 +88,15 @@ func TestLuaMatchesGoArithmetic(t *testing.T) {
 		t.Run(fmt.Sprint(layout, seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			now := time.Date(2025, time.January, 30, 23, 0, 0, 0, time.UTC)
-			clock := func() time.Time { return now }
-			rs := newTestStore(t, Options{URL: url})
-			rs.clockSpec = func() string { return fixedClock(now) }
-			ls := memstore.New(memstore.Options{Now: clock, SweepEvery: -1})
-			limits := []store.Limit{
-				bucket(7, 3*time.Second), bucket(1000, time.Minute), bucket(3, 7*time.Millisecond+3*time.Microsecond),
-				window(10, time.Second), window(100, 7*time.Second), month(50),
-			}
+			rs, ls := newMirror(t, url, &now)
+			limits := mirrorLimits
 			var rr, lr store.Result
 			for step := range 400 {
 				n := 1 + rng.IntN(3)
 				ds := make([]store.Debit, n)
 				for i := range ds {
 					k := rng.IntN(len(limits))
-					ds[i] = store.Debit{Key: fmt.Sprintf("{s}k%d", k), Group: layout.group("{s}g"), Limit: limits[k], Amount: rng.Int64N(limits[k].Max + 2)}
+					ds[i] = layout.mirrorDebit(k, limits[k], rng.Int64N(limits[k].Max+2))
 				}
 				switch op := rng.IntN(4); op {
 				case 0, 1:
