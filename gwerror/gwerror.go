@@ -29,6 +29,7 @@ const (
 	CodeInvalidJSON         = "invalid_json"
 	CodeInvalidRequest      = "invalid_request"
 	CodeBodyTooLarge        = "request_too_large"
+	CodeRequestTimeout      = "request_timeout"
 	CodeUnsupportedMedia    = "unsupported_media_type"
 	CodeMissingModel        = "missing_model"
 	CodeInvalidAPIKey       = "invalid_api_key"
