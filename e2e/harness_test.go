@@ -26,6 +26,7 @@ import (
 
 	"sluice/gateway"
 	"sluice/gateway/config"
+	"sluice/gwerror"
 	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/mockllm"
@@ -650,4 +651,20 @@ func (e *limitsEnv) quota(ctxPath, app string) map[string]int64 {
 		out["{"+l.Scope+"}:"+l.Policy+":"+l.Dimension+":"+l.Period] = int64(math.Round(f))
 	}
 	return out
+}
+
+// deniedBy is the policy name of an X-Sluice-Policy header, without the
+// scope parameter ("token-based-ratelimit; scope=application" ->
+// "token-based-ratelimit").
+func deniedBy(h http.Header) string {
+	name, _, _ := strings.Cut(h.Get(gwerror.HeaderPolicy), ";")
+	return strings.TrimSpace(name)
+}
+
+// deniedScope is the scope parameter of an X-Sluice-Policy header ("" when
+// absent).
+func deniedScope(h http.Header) string {
+	_, params, _ := strings.Cut(h.Get(gwerror.HeaderPolicy), ";")
+	v, _ := strings.CutPrefix(strings.TrimSpace(params), "scope=")
+	return v
 }

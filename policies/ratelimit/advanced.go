@@ -235,7 +235,7 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 			counters = append(counters, Counter{Meter: qi, Limit: lim})
 		}
 	}
-	opts := Options{Policy: AdvancedName, Route: route, Services: svc, Meters: meters, Counters: counters}
+	opts := Options{Policy: AdvancedName, Route: route, Services: svc, Meters: meters, Counters: counters, Scope: ScopeQuota}
 	if !a.shared {
 		// Quotas keyed differently cannot share a hash tag built from their own
 		// keys; the route name is the tag and each quota's key follows the period.

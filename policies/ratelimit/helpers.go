@@ -51,6 +51,14 @@ func NewScoper(route string, consumer bool) *Scoper {
 	return s
 }
 
+// ScopeKindOf is the ScopeKind of a backend (false) or consumer (true) limit.
+func ScopeKindOf(consumerBased bool) ScopeKind {
+	if consumerBased {
+		return ScopeApplication
+	}
+	return ScopeRoute
+}
+
 // ID returns the scope id of the request: "" for a backend limit, the
 // application id (or "default") for a consumer limit.
 func (s *Scoper) ID(c *policies.Call) string {
