@@ -58,7 +58,9 @@ type Params struct {
 	// instance only. Read when the chain is built (at startup and on reload).
 	PricingFile string `json:"pricingFile,omitempty" jsonschema:"minLength=1"`
 	// Price used for models the catalog does not know. Without it such requests
-	// get status "unpriced" and cost 0.
+	// get status "unpriced" and cost 0, and a cost limit listed before this
+	// instance (llm-cost-based-ratelimit) refuses them with 400
+	// model_not_priced.
 	DefaultPrice *DefaultPrice `json:"defaultPrice,omitempty"`
 }
 
