@@ -58,7 +58,7 @@ func TestWriteHeader(t *testing.T) {
 			"anthropic-ratelimit-output-tokens-limit": "2000", "anthropic-ratelimit-output-tokens-remaining": "0",
 			"anthropic-ratelimit-output-tokens-reset": "2030-06-15T12:20:01Z",
 			"x-ratelimit-cost-limit-dollars":          "0.5", "x-ratelimit-cost-remaining-dollars": "0.49997",
-			"x-ratelimit-limit-tokens":                "",
+			"x-ratelimit-limit-tokens": "",
 		}},
 	}
 	for _, tc := range cases {

@@ -64,6 +64,20 @@ func budgetPriceRoutes(pricesFile string) string {
         version: v1
         params: {consumerBased: true, budgetLimits: [{amount: 0.01, duration: 1d}]}
       - {name: llm-cost, version: v1, params: {pricingFile: %q}}
+  - name: adv
+    context: /adv
+    provider: mock
+    policies:
+      - {name: api-key-auth, version: v1}
+      - name: advanced-ratelimit
+        version: v1
+        params:
+          quotas:
+            - name: spend
+              limits: [{limit: 100000000, duration: 1d}]
+              keyExtraction: [{type: metadata, key: x-application-id}]
+              costExtraction: {source: metadata, key: x-llm-cost, multiplier: 1000000}
+      - {name: llm-cost, version: v1}
 `, pricesFile)
 }
 
@@ -130,6 +144,29 @@ func TestUnpricedModelsCannotEscapeABudget(t *testing.T) {
 			if n := upstream() - sent; n != 0 {
 				t.Errorf("%s: a refused request went upstream %v times", model, n)
 			}
+		}
+	}
+
+	{ // an advanced-ratelimit quota on x-llm-cost refuses them too
+		advDay := window(100_000_000, 24*time.Hour)
+		key := ratelimit.GroupKey("app-a", "advanced-ratelimit") + ":spend:" + ratelimit.PeriodLabel(advDay)
+		req := chatReq{Model: "o3-pro-max", Text: "price me", MaxTokens: 1000}
+		resp, body := env.mustSend("/adv/v1/chat/completions", "app-a", req.body(), nil)
+		env.waitSettled()
+		if e := decodeEnvelope(t, body); resp.StatusCode != http.StatusBadRequest || e.Code != gwerror.CodeModelNotPriced || deniedBy(resp.Header) != "advanced-ratelimit" {
+			t.Errorf("advanced quota, unpriced model: %d %.300s", resp.StatusCode, body)
+		}
+		if used := advDay.Max - env.remaining(key, advDay); used != 0 {
+			t.Errorf("advanced quota: a refused request charged %d", used)
+		}
+		req.Model = "o3-pro"
+		P := calc.estimate(llmapi.ChatCompletions, req.body())
+		if resp, body := env.mustSend("/adv/v1/chat/completions", "app-a", req.body(), nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("advanced quota, o3-pro: %d %.300s", resp.StatusCode, body)
+		}
+		env.waitSettled()
+		if used, want := advDay.Max-env.remaining(key, advDay), calc.priceMicros("o3-pro", P, 1000); used != want {
+			t.Errorf("advanced quota: o3-pro charged %d, want %d", used, want)
 		}
 	}
 

@@ -8,10 +8,8 @@
 package costratelimit
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"time"
 
 	"sluice/gwerror"
@@ -147,23 +145,16 @@ var (
 	_ ratelimit.QuotaReporter = (*Policy)(nil)
 )
 
-// pricerSource is implemented by llm-cost: the pricer it charges with.
-type pricerSource interface {
-	Pricer() pricing.Pricer
-}
-
-// LinkChain links the instance to the first llm-cost after it: final phases
-// run in reverse list order, so that is the instance whose x-llm-cost this
-// one settles with, and its pricer (pricing file and defaultPrice included)
-// is the one the estimate must use.
+// LinkChain links the instance to the first llm-cost after it, the one whose
+// x-llm-cost it settles with (ratelimit.LinkedPricer): its pricer (pricing
+// file and defaultPrice included) is the one the estimate uses.
 func (p *Policy) LinkChain(entries []policies.Entry, self int) error {
-	for _, e := range entries[self+1:] {
-		if ps, ok := e.Policy.(pricerSource); ok {
-			p.pricer = ps.Pricer()
-			return nil
-		}
+	pr, ok := ratelimit.LinkedPricer(entries, self)
+	if !ok {
+		return ratelimit.ErrNoPricer
 	}
-	return errors.New("no llm-cost after it in the chain to price its requests; list llm-cost after llm-cost-based-ratelimit")
+	p.pricer = pr
+	return nil
 }
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
@@ -239,12 +230,7 @@ func (p *Policy) Estimate(c *policies.Call) (micros int64, ok bool) {
 func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	est, ok := p.Estimate(c)
 	if !ok {
-		model := ratelimit.RequestModel(c)
-		return &gwerror.Error{Status: http.StatusBadRequest, Type: gwerror.TypeInvalidRequest, Code: gwerror.CodeModelNotPriced,
-			Param: "model", Policy: Name,
-			Message: fmt.Sprintf("%s: model %q has no price, so route %s cannot keep its budget for it; "+
-				"add the model to a pricing file (llm-cost pricingFile or the gateway's --pricing) or set llm-cost defaultPrice",
-				Name, model, p.route)}
+		return ratelimit.ModelNotPriced(Name, p.route, ratelimit.RequestModel(c))
 	}
 	id := p.scoper.ID(c)
 	a := ratelimit.Admission{Scope: p.scoper.Scope(p.eng, id), Counters: p.sel(id)}
