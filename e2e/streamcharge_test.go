@@ -243,3 +243,48 @@ func TestStreamCutChargesForwardedOutput(t *testing.T) {
 		})
 	}
 }
+
+// TestOtherAPIStreamsChargeForwardedOutput: an Anthropic Messages stream cut
+// by the upstream is charged the input tokens its message_start reported plus
+// the output forwarded; a Responses stream whose response.completed carries
+// no usage is charged the prompt estimate plus its output deltas (was: the
+// prompt estimate alone, for both).
+func TestOtherAPIStreamsChargeForwardedOutput(t *testing.T) {
+	c := newCalc(t)
+	lim := window(1_000_000, time.Hour)
+	env := startLimitsEnv(t, streamChargeDoc([]string{"messages", "responses"},
+		authTokenRoute("m", "mock-anthropic", lim.Max)+authTokenRoute("o", "mock", lim.Max), ""), nil)
+	cases := []struct {
+		app, path, model string
+		ep               llmapi.Endpoint
+		body             string
+		hdr              map[string]string
+		delta            string // how one forwarded token looks on the wire
+		sent             int
+		cut              bool
+	}{
+		{"messages", "/m/v1/messages", "claude-haiku-4-5", llmapi.Messages,
+			`{"model":"claude-haiku-4-5","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"A hundred tokens."}]}`,
+			// message_start, content_block_start, then 60 of the 100 text deltas.
+			map[string]string{mockllm.HeaderDropAfter: "62"}, `"text":"tok "`, 60, true},
+		{"responses", "/o/v1/responses", streamChargeModel, llmapi.Responses,
+			`{"model":"` + streamChargeModel + `","max_output_tokens":30,"stream":true,"input":"Thirty tokens."}`,
+			map[string]string{mockllm.HeaderNoUsage: "true"}, `"delta":"tok "`, 30, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.app, func(t *testing.T) {
+			P := c.estimate(tc.ep, []byte(tc.body))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, got, err := env.send(ctx, tc.path, tc.app, []byte(tc.body), tc.hdr)
+			if tc.cut == (err == nil) || strings.Count(string(got), tc.delta) != tc.sent {
+				t.Fatalf("read error %v (want one: %v), want %d deltas:\n%s", err, tc.cut, tc.sent, got)
+			}
+			env.waitSettled()
+			want := P + int64(c.tokens.Count(tc.model, mockText(tc.sent)))
+			if used := env.used(counterKey(strings.Split(tc.path, "/")[1]+":"+tc.app, policyTokens, "total", lim), lim); used != want {
+				t.Fatalf("charged %d, want %d (prompt %d + %d tokens forwarded)", used, want, P, tc.sent)
+			}
+		})
+	}
+}
