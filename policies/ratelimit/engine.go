@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"sluice/gwerror"
+	"sluice/internal/satmath"
 	"sluice/policies"
 	"sluice/policies/ratelimit/store"
 	"sluice/sharedctx"
@@ -189,7 +190,10 @@ type Admission struct {
 	// Amounts is the estimate per meter, excluding the output reservation.
 	Amounts Amounts
 	// Output is the output tokens reserved per choice, Choices the number of
-	// choices; Output*Choices is added to every meter in OutputMeters (a bit mask).
+	// choices; Output*Choices is added to every meter in OutputMeters (a bit
+	// mask). The arithmetic saturates: an amount that does not fit in int64 is
+	// math.MaxInt64, more than any counter holds, so the request is denied as
+	// one that can never be admitted.
 	Output       int64
 	Choices      int64
 	OutputMeters uint32
@@ -201,7 +205,7 @@ type Admission struct {
 func (a *Admission) amount(m int) int64 {
 	v := a.Amounts[m]
 	if a.OutputMeters&(1<<uint(m)) != 0 {
-		v += a.Output * a.Choices
+		v = satmath.Add(v, satmath.Mul(a.Output, a.Choices))
 	}
 	return v
 }
@@ -303,10 +307,10 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 			}
 			continue
 		}
-		base := db.Amount - a.Output*a.Choices
-		fit := (rem - base) / a.Choices
-		if rem-base < 0 {
-			fit = 0
+		// What the counter affords beyond the rest of the estimate, per choice.
+		base, fit := a.Amounts[e.counters[r.sel[i]].Meter], int64(0)
+		if rem > base {
+			fit = (rem - base) / a.Choices
 		}
 		best = min(best, fit)
 	}
@@ -351,7 +355,7 @@ func (e *Engine) denial(r *Reservation, a *Admission, res *store.Result) *gwerro
 		code, reason = gwerror.CodeBudgetExceeded, reasonBudget
 	}
 	g := &gwerror.Error{Status: http.StatusTooManyRequests, Type: gwerror.TypeRateLimit, Code: code, Policy: e.policy}
-	need := r.debits[d].Amount
+	need := a.amount(cnt.Meter) // the debit itself may be capped (Reservation.fill)
 	if res.Never {
 		e.m.denied[reasonNever].Inc()
 		g.Message = fmt.Sprintf("%s: this request needs %s of %s, more than the limit of %s %s for %s; it can never be admitted",
