@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"strings"
 
@@ -91,14 +92,13 @@ func endpointPath(ep Endpoint) string {
 	return string(ep)
 }
 
-// smallObject is how many member names of one object are compared pairwise;
-// a larger object indexes its folded names in a map.
+// smallObject is how many member names of one object are compared pairwise
+// as they come; a larger object is checked by sorting when it closes.
 const smallObject = 16
 
 // object is an open JSON object or array during the walk.
 type object struct {
-	names int                 // index in parser.names of the object's first name
-	index map[string]struct{} // folded names, once the object is large
+	names int // index in parser.names of the object's first name
 }
 
 type parser struct {
@@ -111,6 +111,9 @@ type parser struct {
 	names   [][]byte
 	openArr [8]object
 	nameArr [32][]byte
+	seed    maphash.Seed // for the checks of large objects; made on first use
+	scratch []byte       // a folded name
+	hashes  []hashedName // a large object's names by folded hash
 
 	// What the top-level members said (absent and null leave them unset).
 	req                  Request // the captured prompt material

@@ -2,12 +2,13 @@ package llmapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
 
 // benchBodies are typical request bodies: a short chat, a ten-turn chat with
-// tools, and a 1 MiB document.
+// tools, a 1 MiB document; and an adversarial one.
 func benchBodies() []struct {
 	name string
 	ep   Endpoint
@@ -44,7 +45,23 @@ func benchBodies() []struct {
 		{"chat-short", ChatCompletions, chat(1, "Say hello in one short sentence.", false)},
 		{"chat-10turns-tools", ChatCompletions, chat(10, strings.Repeat("a sentence of ordinary words. ", 12), true)},
 		{"chat-1MiB", ChatCompletions, chat(1, strings.Repeat("a sentence of ordinary words. ", 1<<20/30), false)},
+		// The worst case per byte: 1 MiB of distinct member names in one
+		// object, each checked for duplicates and case-folded twins.
+		{"names-1MiB", ChatCompletions, flatObject(1 << 20)},
 	}
+}
+
+func flatObject(size int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","metadata":{`)
+	for i := 0; b.Len() < size; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"%x":0`, i)
+	}
+	b.WriteString("}}")
+	return []byte(b.String())
 }
 
 func BenchmarkParse(b *testing.B) {

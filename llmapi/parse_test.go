@@ -141,7 +141,7 @@ func TestParseRefuses(t *testing.T) {
 		{"unknown top-level case", ChatCompletions, `{"model":"m","user":"a","USER":"b"}`, jsonErr, "", `"user" and "USER"`},
 		{"kelvin nested", ChatCompletions, `{"model":"m","x":{"k":1,"` + "\u212a" + `":2}}`, jsonErr, "", "differ only in case"},
 		{"long s nested", ChatCompletions, `{"model":"m","x":{"s":1,"\u017f":2}}`, jsonErr, "", "differ only in case"},
-		{"big object case", ChatCompletions, `{"model":"m","metadata":{` + manyNames(40) + `,"K3":1}}`, jsonErr, "", "equals another name"},
+		{"big object case", ChatCompletions, `{"model":"m","metadata":{` + manyNames(40) + `,"K3":1}}`, jsonErr, "", `"k3" and "K3" at /metadata`},
 
 		// Names a case-insensitive upstream reads as a field the gateway reads.
 		{"Model beside model", ChatCompletions, `{"model":"gpt-4o-mini","Model":"gpt-4o"}`, reqErr, "model", `"Model" must be spelled "model"`},

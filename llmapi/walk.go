@@ -2,6 +2,9 @@ package llmapi
 
 import (
 	"bytes"
+	"cmp"
+	"hash/maphash"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -14,7 +17,8 @@ import (
 // The walk: one pass of jsontext tokens over the whole body. jsontext checks
 // the syntax, UTF-8 and exact duplicate names at every depth; the parser adds
 // the case-folding checks on member names and reads the fields it needs.
-// Nothing is copied: names and captured values are subslices of the body.
+// Nothing is copied: names (unless escaped) and captured values are
+// subslices of the body.
 
 // begin consumes '{' or '[' and opens it.
 func (p *parser) begin() *gwerror.Error {
@@ -27,10 +31,15 @@ func (p *parser) begin() *gwerror.Error {
 
 // end consumes '}' or ']' and closes the innermost open object or array.
 func (p *parser) end() *gwerror.Error {
+	o := p.open[len(p.open)-1]
+	if names := p.names[o.names:]; len(names) > smallObject {
+		if a, b := p.largeObjectCollision(names); a != nil {
+			return p.foldCollision(a, b)
+		}
+	}
 	if _, err := p.dec.ReadToken(); err != nil {
 		return syntaxError(err)
 	}
-	o := p.open[len(p.open)-1]
 	p.open = p.open[:len(p.open)-1]
 	clear(p.names[o.names:])
 	p.names = p.names[:o.names]
@@ -59,31 +68,58 @@ func (p *parser) name(known []string, prefix string) ([]byte, *gwerror.Error) {
 			return nil, gerr
 		}
 	}
+	if other := p.sibling(name); other != nil {
+		return nil, p.foldCollision(other, name)
+	}
+	return name, nil
+}
+
+// sibling adds name to the innermost open object and returns an earlier name
+// of that object equal to it up to case, or nil. The first smallObject names
+// of an object are compared pairwise as they come; a larger object is checked
+// once, when it closes (largeObjectCollision). Nothing is allocated per name.
+func (p *parser) sibling(name []byte) []byte {
 	o := &p.open[len(p.open)-1]
 	siblings := p.names[o.names:]
-	switch {
-	case o.index != nil:
-		key := string(appendFolded(nil, name))
-		if _, dup := o.index[key]; dup {
-			return nil, p.foldCollision(name, nil)
-		}
-		o.index[key] = struct{}{}
-	default:
+	if len(siblings) < smallObject {
 		for _, s := range siblings {
 			if bytes.EqualFold(s, name) {
-				return nil, p.foldCollision(name, s)
+				return s
 			}
-		}
-		if len(siblings)+1 > smallObject {
-			o.index = make(map[string]struct{}, 2*smallObject)
-			for _, s := range siblings {
-				o.index[string(appendFolded(nil, s))] = struct{}{}
-			}
-			o.index[string(appendFolded(nil, name))] = struct{}{}
 		}
 	}
 	p.names = append(p.names, name)
-	return name, nil
+	return nil
+}
+
+// largeObjectCollision finds two names of a closing object with more than
+// smallObject names that are equal up to case: it sorts the names by a hash
+// of their folded form (seeded per parse, so a client cannot aim for
+// collisions) and compares the names of equal hashes with bytes.EqualFold.
+func (p *parser) largeObjectCollision(names [][]byte) (first, second []byte) {
+	if p.seed == (maphash.Seed{}) {
+		p.seed = maphash.MakeSeed()
+	}
+	p.hashes = slices.Grow(p.hashes[:0], len(names))
+	for i, n := range names {
+		p.scratch = appendFolded(p.scratch[:0], n)
+		p.hashes = append(p.hashes, hashedName{maphash.Bytes(p.seed, p.scratch), i})
+	}
+	slices.SortFunc(p.hashes, func(a, b hashedName) int { return cmp.Compare(a.hash, b.hash) })
+	for i := 1; i < len(p.hashes); i++ {
+		for j := i - 1; j >= 0 && p.hashes[j].hash == p.hashes[i].hash; j-- {
+			a, b := p.hashes[j].index, p.hashes[i].index
+			if bytes.EqualFold(names[a], names[b]) {
+				return names[min(a, b)], names[max(a, b)]
+			}
+		}
+	}
+	return nil, nil
+}
+
+type hashedName struct {
+	hash  uint64
+	index int
 }
 
 // misspelled reports a name that a case-insensitive decoder reads as one of
@@ -104,15 +140,12 @@ func misspelled(name []byte, known []string, prefix string) *gwerror.Error {
 	return nil
 }
 
-func (p *parser) foldCollision(name, other []byte) *gwerror.Error {
+func (p *parser) foldCollision(first, second []byte) *gwerror.Error {
 	at := string(p.dec.StackPointer().Parent())
 	if at == "" {
 		at = "the top level"
 	}
-	if other == nil {
-		return invalidJSON("request body is not valid JSON: member name %q at %s equals another name of its object up to case; names of one object must differ by more than case", name, at)
-	}
-	return invalidJSON("request body is not valid JSON: member names %q and %q at %s differ only in case; names of one object must differ by more than case", other, name, at)
+	return invalidJSON("request body is not valid JSON: member names %q and %q at %s differ only in case; names of one object must differ by more than case", first, second, at)
 }
 
 // appendFolded appends the case-folded form of name: every rune replaced by
