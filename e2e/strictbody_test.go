@@ -31,8 +31,8 @@ var strictLimit = window(2000, time.Hour)
 
 // strictRoutes: hc is the documented hard cap (reserveOutput maxTokens and
 // maxOutputTokens 50) with model-access allowing gpt-4o-mini only; po
-// reserves prompts only (the default); ro reserves the requested bound
-// without a cap; usd is a $0.01 daily budget.
+// reserves prompts only (the default), pa likewise on an anthropic provider;
+// ro reserves the requested bound without a cap; usd is a $0.01 daily budget.
 const strictRoutes = `
   - name: hc
     context: /hc
@@ -44,6 +44,12 @@ const strictRoutes = `
   - name: po
     context: /po
     provider: mock
+    policies:
+      - {name: api-key-auth, version: v1}
+      - {name: token-based-ratelimit, version: v1, params: {consumerBased: true, algorithm: fixed-window, totalTokenLimits: [{count: 2000, duration: 1h}]}}
+  - name: pa
+    context: /pa
+    provider: claude
     policies:
       - {name: api-key-auth, version: v1}
       - {name: token-based-ratelimit, version: v1, params: {consumerBased: true, algorithm: fixed-window, totalTokenLimits: [{count: 2000, duration: 1h}]}}
@@ -67,7 +73,9 @@ var strictBudget = store.Limit{Algorithm: store.FixedWindow, Max: 10_000, Period
 
 func startStrictEnv(t *testing.T) *limitsEnv {
 	t.Helper()
-	return startLimitsEnv(t, deploymentDoc([]string{strictApp}, strictRoutes), nil)
+	doc := strings.Replace(deploymentDoc([]string{strictApp}, strictRoutes), "providers:\n",
+		"providers:\n  - {name: claude, type: anthropic, url: \"${MOCK_URL}\"}\n", 1)
+	return startLimitsEnv(t, doc, nil)
 }
 
 // tokensUsed is what the route's consumer counter of app-a holds.
@@ -134,7 +142,7 @@ func TestStrictBodyRefusesAmbiguity(t *testing.T) {
 			`{"model":"gpt-4o-mini",` + strictMessages + `,"max_output_tokens":10}`, gwerror.CodeInvalidRequest, "max_output_tokens"},
 		// Messages generate one output: n 2 made the gateway expect two finished
 		// choices, so the answer never settled and closed at the prompt estimate.
-		{"n on messages", "po", "/v1/messages",
+		{"n on messages", "pa", "/v1/messages",
 			`{"model":"claude-haiku-4-5",` + strictMessages + `,"max_tokens":500,"n":2}`, gwerror.CodeInvalidRequest, "n"},
 		{"fractional max_tokens", "hc", "/v1/chat/completions",
 			`{"model":"gpt-4o-mini",` + strictMessages + `,"max_tokens":50.0}`, gwerror.CodeInvalidRequest, "max_tokens"},
@@ -148,13 +156,28 @@ func TestStrictBodyRefusesAmbiguity(t *testing.T) {
 			if resp.StatusCode != http.StatusBadRequest {
 				t.Fatalf("status %d, want 400: %d tokens served, %d charged on %s", resp.StatusCode, served(body), env.tokensUsed(tc.route), tc.route)
 			}
-			e := decodeEnvelope(t, body)
-			param := ""
-			if e.Param != nil {
-				param = *e.Param
+			if code := resp.Header.Get(gwerror.HeaderErrorCode); code != tc.code {
+				t.Fatalf("%s %q, want %s: %s", gwerror.HeaderErrorCode, code, tc.code, body)
 			}
-			if e.Code != tc.code || param != tc.param || e.Type != gwerror.TypeInvalidRequest {
-				t.Fatalf("envelope %+v (param %q), want code %s param %q", e, param, tc.code, tc.param)
+			if tc.path == "/v1/messages" {
+				// Anthropic's envelope has no param: the message names the field.
+				var e struct {
+					Type  string `json:"type"`
+					Error struct{ Type, Message string }
+				}
+				if err := json.Unmarshal(body, &e); err != nil || e.Type != "error" || e.Error.Type != "invalid_request_error" ||
+					!strings.HasPrefix(e.Error.Message, tc.param+" ") {
+					t.Fatalf("Anthropic envelope %s, want an invalid_request_error about %s", body, tc.param)
+				}
+			} else {
+				e := decodeEnvelope(t, body)
+				param := ""
+				if e.Param != nil {
+					param = *e.Param
+				}
+				if e.Code != tc.code || param != tc.param || e.Type != gwerror.TypeInvalidRequest {
+					t.Fatalf("envelope %+v (param %q), want code %s param %q", e, param, tc.code, tc.param)
+				}
 			}
 			if d := env.upstreamAttempts() - attempts; d != 0 {
 				t.Fatalf("%v upstream attempts for a refused body", d)
