@@ -47,6 +47,9 @@ import (
 //     strings, an array of token ids or an array of token-id arrays; a list
 //     holds 1 to MaxPrompts entries.
 func Parse(ep Endpoint, body []byte) (*Request, *gwerror.Error) {
+	if len(body) > maxBody {
+		return nil, invalidJSON("request body of %d bytes is too large to parse", len(body))
+	}
 	p := &parser{ep: ep, body: body, dec: jsontext.NewDecoder(bytes.NewBuffer(body))}
 	p.open, p.names = p.openArr[:0], p.nameArr[:0]
 	r, err := p.request()
@@ -92,6 +95,9 @@ func endpointPath(ep Endpoint) string {
 	return string(ep)
 }
 
+// maxBody is the largest body Parse reads: name offsets are 31-bit.
+const maxBody = 1<<31 - 1
+
 // smallObject is how many member names of one object are compared pairwise
 // as they come; a larger object is checked by sorting when it closes.
 const smallObject = 16
@@ -106,14 +112,15 @@ type parser struct {
 	body []byte
 	dec  *jsontext.Decoder
 	// Open objects and arrays, innermost last, and the unescaped names of the
-	// open objects' members (subslices of body unless a name had escapes).
-	open    []object
-	names   [][]byte
-	openArr [8]object
-	nameArr [32][]byte
-	seed    maphash.Seed // for the checks of large objects; made on first use
-	scratch []byte       // a folded name
-	hashes  []hashedName // a large object's names by folded hash
+	// open objects' members (in body, or in unescaped when a name had escapes).
+	open      []object
+	names     []nameRef
+	unescaped []byte
+	openArr   [8]object
+	nameArr   [32]nameRef
+	seed      maphash.Seed // for the checks of large objects; made on first use
+	scratch   []byte       // a folded name
+	hashes    []hashedName // a large object's names by folded hash
 
 	// What the top-level members said (absent and null leave them unset).
 	req                  Request // the captured prompt material

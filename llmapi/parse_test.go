@@ -141,6 +141,9 @@ func TestParseRefuses(t *testing.T) {
 		{"unknown top-level case", ChatCompletions, `{"model":"m","user":"a","USER":"b"}`, jsonErr, "", `"user" and "USER"`},
 		{"kelvin nested", ChatCompletions, `{"model":"m","x":{"k":1,"` + "\u212a" + `":2}}`, jsonErr, "", "differ only in case"},
 		{"long s nested", ChatCompletions, `{"model":"m","x":{"s":1,"\u017f":2}}`, jsonErr, "", "differ only in case"},
+		{"escaped twin", ChatCompletions, `{"model":"m","x":{"ab":1,"\u0041B":2}}`, jsonErr, "", `"ab" and "AB" at /x`},
+		{"big object escaped twin", ChatCompletions, `{"model":"m","metadata":{"\u006b3":0,` + manyNames(40) + `}}`, jsonErr, "", "duplicate"},
+		{"big object escaped case twin", ChatCompletions, `{"model":"m","metadata":{` + manyNames(40) + `,"\u004b3":1}}`, jsonErr, "", `"k3" and "K3" at /metadata`},
 		{"big object case", ChatCompletions, `{"model":"m","metadata":{` + manyNames(40) + `,"K3":1}}`, jsonErr, "", `"k3" and "K3" at /metadata`},
 
 		// Names a case-insensitive upstream reads as a field the gateway reads.

@@ -41,9 +41,26 @@ func (p *parser) end() *gwerror.Error {
 		return syntaxError(err)
 	}
 	p.open = p.open[:len(p.open)-1]
-	clear(p.names[o.names:])
 	p.names = p.names[:o.names]
+	if len(p.names) == 0 {
+		p.unescaped = p.unescaped[:0]
+	}
 	return nil
+}
+
+// nameRef locates an unescaped member name: off and n in the body, or, when
+// off has escapedName set, in parser.unescaped. Eight bytes per name keep
+// the walk's memory small on objects with very many members.
+type nameRef struct{ off, n uint32 }
+
+const escapedName = 1 << 31
+
+func (p *parser) nameBytes(r nameRef) []byte {
+	if r.off&escapedName != 0 {
+		off := r.off &^ escapedName
+		return p.unescaped[off : off+r.n]
+	}
+	return p.body[r.off : r.off+r.n]
 }
 
 // name reads the next member name of the innermost open object and checks it
@@ -58,17 +75,21 @@ func (p *parser) name(known []string, prefix string) ([]byte, *gwerror.Error) {
 	end := int(p.dec.InputOffset())
 	quoted := p.body[end-len(v) : end]
 	name := quoted[1 : len(quoted)-1]
+	ref := nameRef{uint32(end - len(v) + 1), uint32(len(name))}
 	if bytes.IndexByte(name, '\\') >= 0 {
-		if name, err = jsontext.AppendUnquote(nil, quoted); err != nil {
+		start := len(p.unescaped)
+		if p.unescaped, err = jsontext.AppendUnquote(p.unescaped, quoted); err != nil {
 			return nil, syntaxError(err)
 		}
+		name = p.unescaped[start:]
+		ref = nameRef{uint32(start) | escapedName, uint32(len(name))}
 	}
 	if known != nil {
 		if gerr := misspelled(name, known, prefix); gerr != nil {
 			return nil, gerr
 		}
 	}
-	if other := p.sibling(name); other != nil {
+	if other := p.sibling(name, ref); other != nil {
 		return nil, p.foldCollision(other, name)
 	}
 	return name, nil
@@ -78,17 +99,17 @@ func (p *parser) name(known []string, prefix string) ([]byte, *gwerror.Error) {
 // of that object equal to it up to case, or nil. The first smallObject names
 // of an object are compared pairwise as they come; a larger object is checked
 // once, when it closes (largeObjectCollision). Nothing is allocated per name.
-func (p *parser) sibling(name []byte) []byte {
+func (p *parser) sibling(name []byte, ref nameRef) []byte {
 	o := &p.open[len(p.open)-1]
 	siblings := p.names[o.names:]
 	if len(siblings) < smallObject {
-		for _, s := range siblings {
-			if bytes.EqualFold(s, name) {
+		for _, r := range siblings {
+			if s := p.nameBytes(r); bytes.EqualFold(s, name) {
 				return s
 			}
 		}
 	}
-	p.names = append(p.names, name)
+	p.names = append(p.names, ref)
 	return nil
 }
 
@@ -96,21 +117,21 @@ func (p *parser) sibling(name []byte) []byte {
 // smallObject names that are equal up to case: it sorts the names by a hash
 // of their folded form (seeded per parse, so a client cannot aim for
 // collisions) and compares the names of equal hashes with bytes.EqualFold.
-func (p *parser) largeObjectCollision(names [][]byte) (first, second []byte) {
+func (p *parser) largeObjectCollision(names []nameRef) (first, second []byte) {
 	if p.seed == (maphash.Seed{}) {
 		p.seed = maphash.MakeSeed()
 	}
 	p.hashes = slices.Grow(p.hashes[:0], len(names))
-	for i, n := range names {
-		p.scratch = appendFolded(p.scratch[:0], n)
+	for i, r := range names {
+		p.scratch = appendFolded(p.scratch[:0], p.nameBytes(r))
 		p.hashes = append(p.hashes, hashedName{maphash.Bytes(p.seed, p.scratch), i})
 	}
 	slices.SortFunc(p.hashes, func(a, b hashedName) int { return cmp.Compare(a.hash, b.hash) })
 	for i := 1; i < len(p.hashes); i++ {
 		for j := i - 1; j >= 0 && p.hashes[j].hash == p.hashes[i].hash; j-- {
 			a, b := p.hashes[j].index, p.hashes[i].index
-			if bytes.EqualFold(names[a], names[b]) {
-				return names[min(a, b)], names[max(a, b)]
+			if x, y := p.nameBytes(names[min(a, b)]), p.nameBytes(names[max(a, b)]); bytes.EqualFold(x, y) {
+				return x, y
 			}
 		}
 	}
