@@ -348,7 +348,7 @@ func (x *exchange) body(resp *http.Response) {
 	}
 	x.upstreamDone = x.g.now()
 	body := buf.Bytes()
-	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.N)
+	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.Choices())
 	if err != nil {
 		x.g.log.Debug("no usage in upstream body", "request_id", x.reqID, "error", err)
 	}
@@ -435,7 +435,7 @@ func (x *exchange) writeEvent(ev *sse.Event) error {
 func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	ctx := x.r.Context()
 	llm := x.call.Request.LLM
-	tracker := llmapi.NewStreamTracker(x.ep, llm.N)
+	tracker := llmapi.NewStreamTracker(x.ep, llm.Choices())
 	presp := &policies.Response{Status: resp.StatusCode, Header: resp.Header, Stream: true}
 	if gerr := x.run.Response(presp); gerr != nil {
 		x.fail(gerr)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"sluice/gwerror"
+	"sluice/internal/satmath"
 	"sluice/policies"
 	"sluice/policies/ratelimit"
 	"sluice/pricing"
@@ -37,8 +38,9 @@ type Params struct {
 	// Algorithm: calendar (default: "30d"/720h is the UTC calendar month, other
 	// durations are UTC-aligned fixed windows), fixed-window or token-bucket.
 	Algorithm string `json:"algorithm,omitempty" jsonschema:"enum=token-bucket,enum=fixed-window,enum=calendar"`
-	// ReserveOutput: maxTokens (default) prices the request's max tokens times n
-	// as output in the estimate; none prices the prompt only.
+	// ReserveOutput: maxTokens (default) prices the request's max tokens times
+	// its number of choices (n per prompt of a batch) as output in the
+	// estimate; none prices the prompt only.
 	ReserveOutput string `json:"reserveOutput,omitempty" jsonschema:"enum=none,enum=maxTokens"`
 	// Overrides give the listed applications other budgets (consumerBased only).
 	Overrides []Override `json:"overrides,omitempty"`
@@ -66,13 +68,18 @@ func (p *Params) algorithm() string {
 	return p.Algorithm
 }
 
-func micros(usd float64) int64 { return int64(math.Round(usd * 1e6)) }
+// micros converts a configured USD amount to micro-USD, clamped to int64.
+func micros(usd float64) int64 { return satmath.Ceil(math.Round(usd * 1e6)) }
 
 func (p *Params) check(prefix []string, ls []BudgetLimit, errs *policies.ParamErrors) {
 	ds := make([]time.Duration, len(ls))
 	for i, l := range ls {
 		ds[i] = l.Duration.D()
 		path := append(append([]string(nil), prefix...), ratelimit.ParamPath("budgetLimits", i)...)
+		if math.IsInf(l.Amount, 0) || math.IsNaN(l.Amount) {
+			*errs = append(*errs, &policies.ParamError{Path: append(path, "amount"), Message: "amount must be a finite number of USD"})
+			continue
+		}
 		if micros(l.Amount) < 1 {
 			*errs = append(*errs, &policies.ParamError{Path: append(path, "amount"), Message: "amount must be at least 0.000001 USD"})
 			continue
@@ -203,8 +210,11 @@ func (p *Policy) sel(id string) []int { return p.groups[p.overrideOf[id]] }
 
 // Estimate is the reserved cost of the request in micro-USD: the linked
 // pricer's price of the estimated prompt plus, with reserveOutput maxTokens,
-// max tokens times n of output; at least MinReservation. ok is false when
-// the pricer has no price for the request's model.
+// max tokens times the number of choices (n per prompt) of output; at least
+// MinReservation. ok is false when the pricer has no price for the request's
+// model. The arithmetic saturates, so an absurd request is priced at most
+// math.MaxInt64 pico-USD and denied as one that can never be admitted, never
+// wrapped to a small amount.
 func (p *Policy) Estimate(c *policies.Call) (micros int64, ok bool) {
 	pricer := p.pricer
 	if pricer == nil && p.svc.Pricing != nil {
@@ -220,7 +230,7 @@ func (p *Policy) Estimate(c *policies.Call) (micros int64, ok bool) {
 	prompt := ratelimit.PromptTokens(c, p.svc.Tokens)
 	var out int64
 	if bound, n, ok := ratelimit.OutputBound(c, 0); ok && p.reserveOut {
-		out = bound * n
+		out = satmath.Mul(bound, n)
 	}
 	return max(m.Price.EstimateMicros(prompt, out), MinReservation), true
 }
@@ -257,7 +267,7 @@ func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 	if !ok || usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
 		return ratelimit.TrustNone
 	}
-	a[0] = int64(math.Ceil(usd*1e6 - 1e-9))
+	a[0] = satmath.Ceil(usd*1e6 - 1e-9)
 	return trust
 }
 

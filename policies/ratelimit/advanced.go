@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"sluice/gwerror"
+	"sluice/internal/satmath"
 	"sluice/policies"
 	"sluice/pricing"
 	"sluice/sharedctx"
@@ -138,6 +139,17 @@ func (p *AdvancedParams) Validate() error {
 		}
 		if ce := q.CostExtraction; ce != nil && ce.Source == "metadata" && ce.Key == "" {
 			errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "costExtraction", "key"), Message: "source metadata needs a key"})
+		}
+		if ce := q.CostExtraction; ce != nil {
+			for _, m := range []struct {
+				name string
+				v    float64
+			}{{"promptMultiplier", ce.PromptMultiplier}, {"completionMultiplier", ce.CompletionMultiplier},
+				{"totalMultiplier", ce.TotalMultiplier}, {"multiplier", ce.Multiplier}} {
+				if math.IsInf(m.v, 0) || math.IsNaN(m.v) {
+					errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "costExtraction", m.name), Message: "must be a finite number"})
+				}
+			}
 		}
 	}
 	if r := p.OnRateLimitExceeded; r != nil && r.Body != "" && !json.Valid([]byte(r.Body)) {
@@ -370,7 +382,8 @@ func (a *Advanced) OnRequest(c *policies.Call) *gwerror.Error {
 				adm.Amounts[i] = PromptTokens(c, a.svc.Tokens)
 			}
 		case srcResponse:
-			adm.Amounts[i] = int64(math.Ceil(float64(PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm)))
+			// Saturating: a product beyond int64 cannot fit any counter.
+			adm.Amounts[i] = satmath.Ceil(float64(PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm))
 		case srcMetadata:
 			adm.Amounts[i] = 1
 		}
@@ -413,7 +426,7 @@ func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation,
 				return TrustNone
 			}
 			trust = min(trust, t)
-			am[i] = int64(math.Ceil(float64(u.PromptTokens)*q.pm + float64(u.CompletionTokens)*q.cm + float64(u.TotalTokens)*q.tm - 1e-9))
+			am[i] = satmath.Ceil(float64(u.PromptTokens)*q.pm + float64(u.CompletionTokens)*q.cm + float64(u.TotalTokens)*q.tm - 1e-9)
 		case srcMetadata:
 			t := FixedTrust(o)
 			if q.metaKey == sharedctx.KeyLLMCost {
@@ -427,7 +440,7 @@ func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation,
 				return TrustNone
 			}
 			trust = min(trust, t)
-			am[i] = int64(math.Ceil(v*q.mult - 1e-9))
+			am[i] = satmath.Ceil(v*q.mult - 1e-9)
 		}
 		usageBased = true
 	}

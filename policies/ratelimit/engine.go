@@ -23,6 +23,7 @@ import (
 
 	"sluice/dialect"
 	"sluice/gwerror"
+	"sluice/internal/satmath"
 	"sluice/policies"
 	"sluice/policies/ratelimit/store"
 	"sluice/sharedctx"
@@ -216,7 +217,10 @@ type Admission struct {
 	// Amounts is the estimate per meter, excluding the output reservation.
 	Amounts Amounts
 	// Output is the output tokens reserved per choice, Choices the number of
-	// choices; Output*Choices is added to every meter in OutputMeters (a bit mask).
+	// choices; Output*Choices is added to every meter in OutputMeters (a bit
+	// mask). The arithmetic saturates: an amount that does not fit in int64 is
+	// math.MaxInt64, more than any counter holds, so the request is denied as
+	// one that can never be admitted.
 	Output       int64
 	Choices      int64
 	OutputMeters uint32
@@ -228,7 +232,7 @@ type Admission struct {
 func (a *Admission) amount(m int) int64 {
 	v := a.Amounts[m]
 	if a.OutputMeters&(1<<uint(m)) != 0 {
-		v += a.Output * a.Choices
+		v = satmath.Add(v, satmath.Mul(a.Output, a.Choices))
 	}
 	return v
 }
@@ -330,10 +334,10 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 			}
 			continue
 		}
-		base := db.Amount - a.Output*a.Choices
-		fit := (rem - base) / a.Choices
-		if rem-base < 0 {
-			fit = 0
+		// What the counter affords beyond the rest of the estimate, per choice.
+		base, fit := a.Amounts[e.counters[r.sel[i]].Meter], int64(0)
+		if rem > base {
+			fit = (rem - base) / a.Choices
 		}
 		best = min(best, fit)
 	}
@@ -389,7 +393,7 @@ func (e *Engine) denial(r *Reservation, a *Admission, res *store.Result) *gwerro
 	if d < len(res.Remaining) {
 		g.Limits.Set(kindOf(meter), dialect.Counter{Limit: cnt.Limit.Max, Remaining: res.Remaining[d], Reset: res.ResetAfter[d], At: now})
 	}
-	need := r.debits[d].Amount
+	need := a.amount(cnt.Meter) // the debit itself may be capped (Reservation.fill)
 	where := e.scopePhrase(a.Scope, meter)
 	if res.Never {
 		e.m.denied[reasonNever].Inc()

@@ -144,7 +144,8 @@ func RequestModel(c *policies.Call) string {
 }
 
 // OutputBound returns the request's output bound per choice after applying
-// maxOutput (0: no cap), and the number of choices. Endpoints without output
+// maxOutput (0: no cap), and the number of choices the upstream generates (n
+// per prompt of a batch, llmapi.Request.Choices). Endpoints without output
 // (embeddings) and requests without a body have bound 0 and 1 choice.
 func OutputBound(c *policies.Call, maxOutput int64) (perChoice int64, choices int64, applicable bool) {
 	if c.Request == nil || c.Request.LLM == nil || c.Request.LLM.Endpoint == llmapi.Embeddings {
@@ -155,7 +156,7 @@ func OutputBound(c *policies.Call, maxOutput int64) (perChoice int64, choices in
 	if maxOutput > 0 && (want == 0 || want > maxOutput) {
 		want = maxOutput
 	}
-	return want, int64(max(llm.N, 1)), true
+	return want, int64(max(llm.Choices(), 1)), true
 }
 
 // ApplyOutputBound rewrites the request's max tokens to n when it differs.

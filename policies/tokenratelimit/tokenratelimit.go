@@ -41,12 +41,14 @@ type Params struct {
 	// for durations under 1 day, a UTC-aligned fixed window for longer ones.
 	Algorithm string `json:"algorithm,omitempty" jsonschema:"enum=token-bucket,enum=fixed-window,enum=calendar"`
 	// ReserveOutput: none (default) reserves only the prompt estimate;
-	// maxTokens also reserves the request's max tokens times n.
+	// maxTokens also reserves the request's max tokens times its number of
+	// choices (n per prompt; a batched completions prompt counts each prompt).
 	ReserveOutput string `json:"reserveOutput,omitempty" jsonschema:"enum=none,enum=maxTokens"`
 	// MaxOutputTokens caps the request's max tokens (set when absent or
 	// higher). With reserveOutput maxTokens the bound is also lowered to what
-	// the limits still afford, when that is at least 1.
-	MaxOutputTokens int64 `json:"maxOutputTokens,omitempty" jsonschema:"minimum=1"`
+	// the limits still afford, when that is at least 1. At most 10000000, the
+	// largest bound the gateway accepts in a request.
+	MaxOutputTokens int64 `json:"maxOutputTokens,omitempty" jsonschema:"minimum=1,maximum=10000000"`
 	// ModelRules adds limits for models matching an exact name or a prefix
 	// ending in "*". At most one rule applies (exact beats prefix, the longest
 	// prefix wins); a request then debits the policy's limits and the rule's.
