@@ -19,7 +19,10 @@ type Algorithm uint8
 
 const (
 	// TokenBucket holds up to Max units and refills continuously at Max per
-	// Period. Debt (a negative level) is repaid by the refill.
+	// Period. Debt (a negative remaining) is repaid by the refill. What is
+	// stored is the amount consumed, not the level, so a counter whose Max
+	// is edited keeps its usage: remaining is the new Max minus what was
+	// consumed and not yet refilled (at the new Max per Period).
 	TokenBucket Algorithm = iota + 1
 	// FixedWindow counts usage in windows of length Period aligned to the Unix
 	// epoch, hence to UTC midnight for whole days. Debt does not carry over.

@@ -79,8 +79,9 @@ func deadAddr(t *testing.T) string {
 
 // Random operation sequences on Redis (fixed script clock) and on memstore
 // must give identical results: the Lua scripts mirror package store
-// operation for operation (including a key listed twice in one call, and a
-// zero-amount charge that a settlement then adjusts).
+// operation for operation (including a key listed twice in one call, a
+// zero-amount charge that a settlement then adjusts, and limits whose Max
+// is edited between operations, settlements included).
 func TestLuaMatchesGoArithmetic(t *testing.T) {
 	url := redistest.URL(t)
 	ctx := context.Background()
@@ -96,7 +97,8 @@ func TestLuaMatchesGoArithmetic(t *testing.T) {
 				ds := make([]store.Debit, n)
 				for i := range ds {
 					k := rng.IntN(len(limits))
-					ds[i] = layout.mirrorDebit(k, limits[k], rng.Int64N(limits[k].Max+2))
+					l := edited(rng, limits[k])
+					ds[i] = layout.mirrorDebit(k, l, rng.Int64N(l.Max+2))
 				}
 				switch op := rng.IntN(4); op {
 				case 0, 1:
@@ -111,6 +113,7 @@ func TestLuaMatchesGoArithmetic(t *testing.T) {
 						deltas := make([]int64, n)
 						for i := range deltas {
 							deltas[i] = rng.Int64N(21) - 10
+							ds[i].Limit = edited(rng, ds[i].Limit)
 						}
 						lt := rr.Ticket
 						lt.Origin = OriginLocal
@@ -603,11 +606,12 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// Counters written in the earlier formats (text "<alg>|a|b", and the 17-byte
-// bucket without its expiry) are read as before, so an upgrade keeps the
-// usage counted; the next write replaces them with the current form, and
-// gives the bucket a TTL that covers its refill. A state of another
-// algorithm counts as absent.
+// Counters written in the earliest formats (text "<alg>|a|b", and the 17-byte
+// bucket without its expiry; both hold a bucket's level) are read as before,
+// so an upgrade keeps the usage counted; the next write replaces them with
+// the current form, and gives the bucket a TTL that covers its refill. A
+// state of another algorithm counts as absent. (upgrade_test.go covers the
+// level-based formats of the release before consumed-based buckets.)
 func TestReadsEarlierFormatStates(t *testing.T) {
 	url := redistest.URL(t)
 	ctx := context.Background()
@@ -653,8 +657,8 @@ func TestReadsEarlierFormatStates(t *testing.T) {
 		}
 		for _, k := range []string{"{x}b", "{x}b17"} {
 			raw, err = c.Get(ctx, s.prefix+k).Result()
-			if err != nil || len(raw) != 25 || raw[0] != 1 {
-				t.Fatalf("round %d: bucket state %s %q (%v), want the 25-byte form", round, k, raw, err)
+			if err != nil || len(raw) != 25 || raw[0] != 4 {
+				t.Fatalf("round %d: bucket state %s %q (%v), want the 25-byte consumed form", round, k, raw, err)
 			}
 			// 29.5 units missing at 1/s, plus 1 s, plus at most one period.
 			if ttl := c.PTTL(ctx, s.prefix+k).Val(); ttl < 25*time.Second || ttl > 92*time.Second {
