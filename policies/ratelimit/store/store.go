@@ -109,7 +109,7 @@ type Ticket struct {
 	// for buckets.
 	Window []int64
 	// Origin is implementation-defined (e.g. redisstore marks reservations
-	// served by its local fallback while Redis was unreachable).
+	// served by its local fallback while Redis was unavailable).
 	Origin uint8
 }
 

@@ -9,7 +9,7 @@ import (
 	"sluice/policies/ratelimit/store"
 )
 
-// While Redis is unreachable, failure mode open charges the local fallback
+// While Redis is unavailable, failure mode open charges the local fallback
 // store, which the other replicas do not see. So that those charges are not
 // lost to the cluster-wide counters, the store journals their net amount per
 // counter and window (reservations made locally, and the settlements of

@@ -55,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		})),
 		copied: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_redis_store_copied_charges_total",
-			Help: "Net charges of the local fallback (failureMode open) per counter and window, copied to Redis once it answered again, by result: copied, failed (a script or argument error; logged), overflow (not journaled: too many counters in one outage).",
+			Help: "Net charges of the local fallback (failureMode open) per counter and window, copied to Redis once it answered again, by result: copied, failed (the copy met a bug of the store: a script, cross-slot or reply error; logged), overflow (not journaled: too many counters in one outage).",
 		}, []string{"result"})),
 	}
 	for i, op := range []string{opReserve, opAdjust, opPeek} {

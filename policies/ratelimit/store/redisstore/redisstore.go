@@ -48,7 +48,7 @@ import (
 const (
 	// OriginRedis: the charges landed in Redis (the zero value).
 	OriginRedis uint8 = 0
-	// OriginLocal: Redis was unreachable and the fallback store took them.
+	// OriginLocal: Redis was unavailable and the fallback store took them.
 	OriginLocal uint8 = 1
 )
 
@@ -80,7 +80,7 @@ const maxDebits = 1<<16 - 1
 // the delay before recovery is noticed.
 const probeInterval = 250 * time.Millisecond
 
-// logEvery rate-limits the outage log.
+// logEvery rate-limits the outage and recovery logs.
 const logEvery = 10 * time.Second
 
 // Options configures New. Zero values take the defaults.
@@ -116,7 +116,7 @@ type Options struct {
 	// each. It is also the number of connections dialed at start
 	// (MinIdleConns), so the first requests do not all dial at once.
 	MaxInFlight int
-	// Logger receives rate-limited outage reports (default slog.Default()).
+	// Logger receives rate-limited failure reports (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics registers the store's collectors (nil: none).
 	Metrics prometheus.Registerer
@@ -342,7 +342,6 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, r
 	if err == nil {
 		if reply, ok := sc.reply.(string); !ok || !fillResult(res, reply) {
 			err = fmt.Errorf("%w %T for %d debits", errMalformedReply, sc.reply, len(debits))
-			res.Reset(len(debits))
 		}
 	}
 	if err != nil {
@@ -441,9 +440,9 @@ func (s *Store) settle(ctx context.Context, sc *scriptCall) error {
 	return nil
 }
 
-// settled completes a background Adjust (see coalescer.post). Its caller is
-// gone, so an error that is not an outage (an outage is logged and counted
-// by failed) is logged here.
+// settled completes a background Adjust (see coalescer.post), which only
+// mode open sends: every Redis error is logged and counted by failed and
+// returns nil, so what is logged here is any other error.
 func (s *Store) settled(sc *scriptCall) {
 	if err := s.settle(context.Background(), sc); err != nil {
 		s.log.Error("redisstore: settlement failed", "err", err)
@@ -452,7 +451,7 @@ func (s *Store) settled(sc *scriptCall) {
 }
 
 // dropErr is what a dropped settlement returns: nothing in failure mode open
-// (the outage is logged and counted), ErrUnavailable in mode closed.
+// (the failure is logged and counted), ErrUnavailable in mode closed.
 func (s *Store) dropErr(cause error) error {
 	if !s.closed {
 		return nil

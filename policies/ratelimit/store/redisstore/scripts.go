@@ -2,9 +2,9 @@ package redisstore
 
 // The Lua scripts mirror the arithmetic of package store (see the spec in
 // docs/redis.md): time in microseconds from redis TIME, the amount a token
-// bucket has consumed as a double, window counters as integers. Lua 5.1 numbers are doubles, so
-// every integer below stays exact up to 2^53 (about 285 years of microseconds
-// since 1970, far beyond any Max we accept).
+// bucket has consumed as a double, window counters as integers. Lua 5.1
+// numbers are doubles, so every integer below stays exact up to 2^53 (about
+// 285 years of microseconds since 1970, far beyond any Max we accept).
 //
 // State is one string per counter, packed with struct.pack: one byte for
 // the algorithm, then little-endian IEEE doubles, which round-trip every
