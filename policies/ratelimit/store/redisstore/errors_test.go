@@ -1,9 +1,13 @@
 package redisstore
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -314,4 +318,73 @@ func TestMalformedReplyFollowsFailureMode(t *testing.T) {
 	}
 	h.on.Store(false)
 	eventually(t, 5*time.Second, "closed store back", func() bool { return closed.Reserve(ctx, ds, &res) == nil && !res.Local })
+}
+
+// fakeRedis answers every command with one error reply, as a server that
+// is loading its dataset after a restart does (a real one is hard to hold
+// in that state). It returns the server's address.
+func fakeRedis(t *testing.T, reply string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					// A command is an array of bulk strings: *N, then N
+					// times $len and the bytes.
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+					for range n {
+						hdr, err := r.ReadString('\n')
+						if err != nil {
+							return
+						}
+						size, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(hdr, "$")))
+						if _, err := io.ReadFull(r, make([]byte, size+2)); err != nil {
+							return
+						}
+					}
+					if _, err := io.WriteString(c, "-"+reply+"\r\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A server answering LOADING (here a stand-in speaking the protocol) is an
+// outage like any other: served locally in mode open, ErrUnavailable in mode
+// closed, counted as kind server.
+func TestLoadingFollowsFailureMode(t *testing.T) {
+	addr := fakeRedis(t, "LOADING Redis is loading the dataset in memory")
+	ctx := context.Background()
+	ds := []store.Debit{{Key: "{l}w", Limit: window(10, time.Hour), Amount: 1}}
+	var res store.Result
+	open := newTestStore(t, Options{Addrs: []string{addr}, FailureMode: FailOpen, Metrics: prometheus.NewRegistry()})
+	if err := open.Reserve(ctx, ds, &res); err != nil || !res.Local || !res.Allowed {
+		t.Fatalf("open: Reserve: %v local %v allowed %v", err, res.Local, res.Allowed)
+	}
+	closed := newTestStore(t, Options{Addrs: []string{addr}, FailureMode: FailClosed, Metrics: prometheus.NewRegistry()})
+	if err := closed.Reserve(ctx, ds, &res); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "LOADING") {
+		t.Fatalf("closed: Reserve: %v, want ErrUnavailable from LOADING", err)
+	}
+	for _, s := range []*Store{open, closed} {
+		if n := testutil.ToFloat64(s.m.errors.WithLabelValues(opReserve, kindServer)); n != 1 {
+			t.Errorf("errors{reserve,server} = %v, want 1", n)
+		}
+	}
 }

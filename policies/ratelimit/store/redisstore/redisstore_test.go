@@ -588,9 +588,9 @@ func TestOptionsFromConfig(t *testing.T) {
 }
 
 // Every error text Redis answers with is given a kind; the texts are those
-// of Redis 7 (LOADING, CLUSTERDOWN, TRYAGAIN and BUSY are hard to provoke
-// for real; redis_errors_test.go provokes OOM, NOAUTH, WRONGPASS, READONLY
-// and MASTERDOWN).
+// of Redis 7 (CLUSTERDOWN, TRYAGAIN and BUSY are hard to provoke for real;
+// errors_test.go provokes OOM, NOAUTH, WRONGPASS, READONLY, MASTERDOWN and a
+// script error on a real server, and LOADING from a stand-in).
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		err  error
