@@ -9,6 +9,7 @@ import (
 
 	"sluice/gwerror"
 	"sluice/policies"
+	"sluice/pricing"
 	"sluice/sharedctx"
 )
 
@@ -182,12 +183,32 @@ type Advanced struct {
 	// shared: every quota has the same key extraction (one scope, standard keys).
 	shared   bool
 	exceeded *ExceededResponse
+	// costQuota: a quota settles with x-llm-cost; pricer is then the linked
+	// llm-cost's (LinkChain), which must price the request's model.
+	costQuota bool
+	pricer    pricing.Pricer
 }
 
 var (
-	_ policies.Finalizer = (*Advanced)(nil)
-	_ QuotaReporter      = (*Advanced)(nil)
+	_ policies.Finalizer   = (*Advanced)(nil)
+	_ policies.ChainLinker = (*Advanced)(nil)
+	_ QuotaReporter        = (*Advanced)(nil)
 )
+
+// LinkChain links an instance with a quota that settles with x-llm-cost to
+// the llm-cost whose cost it reads (LinkedPricer), so that a model without a
+// price is refused instead of settling at the 1-unit reservation.
+func (a *Advanced) LinkChain(entries []policies.Entry, self int) error {
+	if !a.costQuota {
+		return nil
+	}
+	pr, ok := LinkedPricer(entries, self)
+	if !ok {
+		return ErrNoPricer
+	}
+	a.pricer = pr
+	return nil
+}
 
 func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
 	a := &Advanced{svc: svc, route: route, shared: true, exceeded: p.OnRateLimitExceeded}
@@ -210,6 +231,7 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 				meters[qi].Unit = UnitTokens
 			case "metadata":
 				rt.src, rt.needsMetadata, rt.metaKey = srcMetadata, true, ce.Key
+				a.costQuota = a.costQuota || ce.Key == sharedctx.KeyLLMCost
 				if ce.Multiplier > 0 {
 					rt.mult = ce.Multiplier
 				}
@@ -235,7 +257,7 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 			counters = append(counters, Counter{Meter: qi, Limit: lim})
 		}
 	}
-	opts := Options{Policy: AdvancedName, Route: route, Services: svc, Meters: meters, Counters: counters}
+	opts := Options{Policy: AdvancedName, Route: route, Services: svc, Meters: meters, Counters: counters, Scope: ScopeQuota}
 	if !a.shared {
 		// Quotas keyed differently cannot share a hash tag built from their own
 		// keys; the route name is the tag and each quota's key follows the period.
@@ -330,8 +352,14 @@ func (a *Advanced) scope(c *policies.Call) *Scope {
 
 func identity(s string) string { return s }
 
-// OnRequest reserves every quota's estimate.
+// OnRequest reserves every quota's estimate; with a quota that settles with
+// x-llm-cost, a model the linked llm-cost cannot price is refused first.
 func (a *Advanced) OnRequest(c *policies.Call) *gwerror.Error {
+	if a.pricer != nil {
+		if _, ok := a.pricer.Resolve(RequestModel(c)); !ok {
+			return ModelNotPriced(AdvancedName, a.route.RouteName, RequestModel(c))
+		}
+	}
 	adm := Admission{Scope: a.scope(c), Counters: a.eng.AllCounters()}
 	for i := range a.quotas {
 		q := &a.quotas[i]

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/ratelimit"
@@ -221,10 +222,11 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	}
 	eng, err := ratelimit.New(ratelimit.Options{
 		Policy: Name, Route: route, Services: svc, Counters: counters,
+		Scope: ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{
-			{Name: "prompt", Unit: ratelimit.UnitTokens},
-			{Name: "completion", Unit: ratelimit.UnitTokens},
-			{Name: "total", Unit: ratelimit.UnitTokens},
+			{Name: "prompt", Unit: ratelimit.UnitTokens, Kind: dialect.InputTokens},
+			{Name: "completion", Unit: ratelimit.UnitTokens, Kind: dialect.OutputTokens},
+			{Name: "total", Unit: ratelimit.UnitTokens, Kind: dialect.Tokens},
 		},
 	})
 	if err != nil {
