@@ -471,9 +471,10 @@ func (e *limitsEnv) act(path, app string, body []byte, hdr map[string]string, a 
 
 // TestSettlementRules proves the seed 000 rules through the gateway, one
 // application (hence one counter) per case. The limit reserves the prompt
-// only (reserveOutput none), so the three possible final charges differ:
-// settled = prompt + completion, closed/abandoned = prompt (the estimate),
-// released = 0.
+// only (reserveOutput none), so the possible final charges differ:
+// settled = prompt + completion, closed/abandoned = prompt (the estimate), or
+// prompt + the output forwarded when a stream delivered some without a usage
+// report (counted), released = 0.
 func TestSettlementRules(t *testing.T) {
 	c := newCalc(t)
 	lim := window(1_000_000, time.Hour)
@@ -485,6 +486,7 @@ func TestSettlementRules(t *testing.T) {
 		act      clientAction
 		status   int    // 0: the client hung up first
 		kind     string // resolution: settled, closed, abandoned
+		counted  string // output text forwarded without a usage report, charged on top of the estimate
 		provider string
 		attempts float64
 		check    func(t *testing.T, h http.Header, body []byte, readErr error)
@@ -516,14 +518,14 @@ func TestSettlementRules(t *testing.T) {
 					t.Fatalf("upstream 429 envelope not passed through: %s", body)
 				}
 			}},
-		{name: "client disconnect mid-stream keeps the estimate", route: "/r1", req: stream,
-			hdr: map[string]string{"x-mock-token-delay-ms": "5000"}, act: cancelAfterFirst, status: 200, kind: "abandoned", provider: "mock", attempts: 1},
+		{name: "client disconnect mid-stream charges the delivered output", route: "/r1", req: stream,
+			hdr: map[string]string{"x-mock-token-delay-ms": "5000"}, act: cancelAfterFirst, status: 200, kind: "abandoned", counted: mockText(1), provider: "mock", attempts: 1},
 		{name: "slow first token and a client timeout keep the estimate", route: "/r1", req: base,
 			hdr: map[string]string{"x-mock-first-token-delay-ms": "10000"}, act: cancelAfterArrival, status: 0, kind: "abandoned", provider: "mock", attempts: 1},
 		{name: "slow first token on a stream and a client hang-up keep the estimate", route: "/r1", req: stream,
 			hdr: map[string]string{"x-mock-first-token-delay-ms": "10000"}, act: cancelAfterHeaders, status: 200, kind: "abandoned", provider: "mock", attempts: 1},
-		{name: "stream without usage keeps the estimate", route: "/r1", req: stream, hdr: map[string]string{"x-mock-no-usage": "true"},
-			act: readAll, status: 200, kind: "closed", provider: "mock", attempts: 1,
+		{name: "stream without usage charges the forwarded output", route: "/r1", req: stream, hdr: map[string]string{"x-mock-no-usage": "true"},
+			act: readAll, status: 200, kind: "closed", counted: mockText(20), provider: "mock", attempts: 1,
 			check: func(t *testing.T, _ http.Header, body []byte, readErr error) {
 				if readErr != nil || !strings.Contains(string(body), "[DONE]") {
 					t.Fatalf("stream did not complete (%v):\n%s", readErr, body)
@@ -531,8 +533,8 @@ func TestSettlementRules(t *testing.T) {
 			}},
 		{name: "body without usage keeps the estimate", route: "/r1", req: base, hdr: map[string]string{"x-mock-no-usage": "true"},
 			act: readAll, status: 200, kind: "closed", provider: "mock", attempts: 1},
-		{name: "partial n=3 stream keeps the estimate", route: "/r1", req: with(func(r *chatReq) { r.Stream, r.N, r.MaxTokens = true, 3, 5 }),
-			hdr: map[string]string{"x-mock-drop-after": "4"}, act: readAll, status: 200, kind: "closed", provider: "mock", attempts: 1,
+		{name: "partial n=3 stream charges the forwarded output", route: "/r1", req: with(func(r *chatReq) { r.Stream, r.N, r.MaxTokens = true, 3, 5 }),
+			hdr: map[string]string{"x-mock-drop-after": "4"}, act: readAll, status: 200, kind: "closed", counted: mockText(4), provider: "mock", attempts: 1,
 			check: func(t *testing.T, _ http.Header, body []byte, _ error) {
 				// Whether the cut reaches the client as a broken body is
 				// TestUpstreamCutReachesClient's subject; here the stream must
@@ -567,6 +569,9 @@ func TestSettlementRules(t *testing.T) {
 			want := P // the estimate
 			if tc.kind == "settled" {
 				want = P + tc.req.completion()
+			}
+			if tc.counted != "" {
+				want = P + int64(c.tokens.Count(tc.req.Model, tc.counted))
 			}
 			before := env.resolutions(route)
 			attempts := env.metric("sluice_upstream_attempts_total", map[string]string{"provider": tc.provider})
@@ -815,6 +820,24 @@ type invReq struct {
 	P    int64
 }
 
+// forwarded is the number of token chunks the gateway forwards to r's client
+// without a usage report: they are charged (counted) on top of the estimate.
+func (r *invReq) forwarded() int64 {
+	if !r.req.Stream {
+		return 0
+	}
+	switch r.kind {
+	case invCancelMidStream:
+		return 1 // the first token; the next comes 5s later, after the hang-up
+	case invDrop:
+		n, _ := strconv.ParseInt(r.hdr["x-mock-drop-after"], 10, 64)
+		return n // every event before the cut is a token chunk
+	case invNoUsage:
+		return r.req.completion()
+	}
+	return 0
+}
+
 // invTotals are the final charges one application's counters must hold.
 type invTotals struct {
 	consTotal, cost                       int64 // consumer instances
@@ -825,7 +848,8 @@ type invTotals struct {
 // applications with random faults; afterwards no reservation is open and every
 // counter holds exactly the sum of the final charges computed independently
 // from the rules (settled = the usage the client saw; closed/abandoned = the
-// estimate).
+// estimate, or at least the prompt + the output a stream forwarded without a
+// usage report).
 //
 // Chain: a backend token limit on prompt, completion and total with
 // reserveOutput none (estimate = prompt; completion reserves 0); a consumer
@@ -944,10 +968,18 @@ func TestAccountingInvariant(t *testing.T) {
 		if r.kind == invSlowCancel || r.kind == invCancelMidStream {
 			abandoned++
 		}
-		w.consTotal += consEst
+		// Counted output is a lower bound: each counter keeps its estimate
+		// or charges prompt + counted, whichever is more.
+		var counted int64
+		if k := r.forwarded(); k > 0 {
+			counted = int64(c.tokens.Count(r.req.Model, strings.Repeat("tok ", int(k))))
+			costEst = max(costEst, c.priceMicros(r.req.Model, r.P, counted))
+		}
+		w.consTotal += max(consEst, r.P+counted)
 		w.cost += costEst
 		backWant.backPrompt += r.P
-		backWant.backTotal += r.P
+		backWant.backCompletion += counted
+		backWant.backTotal += r.P + counted
 	}
 
 	run := func(r *invReq) error {
@@ -1277,18 +1309,19 @@ func TestReloadKeepsCountersAndInFlight(t *testing.T) {
 	if err := env.GW.Apply(dep); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
-	cancel() // the old chain's stream ends: abandoned at its estimate
+	cancel() // the old chain's stream ends: abandoned, charged its estimate and the token it delivered
 	resp.Body.Close()
 	env.waitSettled()
 
 	lim := window(2000, time.Hour)
 	key := counterKey("rl:app-a", policyTokens, "total", lim)
-	if got := env.used(key, lim); got != U+P {
-		t.Fatalf("after reload used %d, want %d (first request settled) + %d (stream abandoned)", got, U, P)
+	S := P + int64(c.tokens.Count(req.Model, "tok "))
+	if got := env.used(key, lim); got != U+S {
+		t.Fatalf("after reload used %d, want %d (first request settled) + %d (stream abandoned)", got, U, S)
 	}
 	a := env.chat("/rl", "app-a", req, nil)
-	if h := readRateHeaders(a.header); a.status != 200 || h.LimitTokens != 2000 || h.RemainingTokens != 2000-(U+P)-P {
-		t.Fatalf("new limit: %d %+v, want limit 2000 remaining %d", a.status, h, 2000-(U+P)-P)
+	if h := readRateHeaders(a.header); a.status != 200 || h.LimitTokens != 2000 || h.RemainingTokens != 2000-(U+S)-P {
+		t.Fatalf("new limit: %d %+v, want limit 2000 remaining %d", a.status, h, 2000-(U+S)-P)
 	}
 }
 

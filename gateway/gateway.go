@@ -30,10 +30,13 @@ import (
 
 // Defaults applied when the deployment leaves a value at zero.
 const (
-	DefaultMaxRequestBytes = 10 << 20
-	DefaultShutdownGrace   = 30 * time.Second
-	DefaultUpstreamTimeout = 60 * time.Second
-	DefaultRetries         = 2
+	DefaultMaxRequestBytes   = 10 << 20
+	DefaultShutdownGrace     = 30 * time.Second
+	DefaultUpstreamTimeout   = 60 * time.Second
+	DefaultRetries           = 2
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
 	// maxResponseBytes bounds a non-streamed upstream body held in memory.
 	maxResponseBytes = 256 << 20
 )
@@ -197,14 +200,39 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Handler returns the HTTP handler serving proxied routes and the operations
 // endpoints /healthz, /readyz and /metrics.
-func (g *Gateway) Handler() http.Handler { return g.echo }
+func (g *Gateway) Handler() http.Handler { return http.HandlerFunc(g.root) }
+
+// root gives every response server.writeTimeout from its start (the proxy
+// extends it before each write of a stream or a body): no write to a client,
+// the operations endpoints' and the final flush net/http makes after a
+// handler included, waits for a stalled reader for ever, and a deadline that
+// an earlier request on the same connection left does not apply to this one.
+func (g *Gateway) root(w http.ResponseWriter, r *http.Request) {
+	// net/http's own ResponseWriter has the method (it is what
+	// http.ResponseController calls); the server hands it to root unwrapped.
+	if dw, ok := w.(connDeadlines); ok {
+		d := DefaultWriteTimeout
+		if s := g.snap.Load(); s != nil {
+			d = s.writeTimeout
+		}
+		_ = dw.SetWriteDeadline(time.Now().Add(d))
+	}
+	g.echo.ServeHTTP(w, r)
+}
 
 // Serve accepts connections on ln until Shutdown. It returns
-// http.ErrServerClosed after a Shutdown.
+// http.ErrServerClosed after a Shutdown. Request headers must arrive within
+// server.readHeaderTimeout of the configuration loaded when Serve starts
+// (net/http reads it per connection and cannot change it while serving);
+// bodies and writes are bounded per request by the configuration current then.
 func (g *Gateway) Serve(ln net.Listener) error {
+	headerTimeout := DefaultReadHeaderTimeout
+	if s := g.snap.Load(); s != nil {
+		headerTimeout = s.readHeaderTimeout
+	}
 	srv := &http.Server{
-		Handler:           g.echo,
-		ReadHeaderTimeout: 30 * time.Second,
+		Handler:           http.HandlerFunc(g.root),
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
@@ -259,6 +287,13 @@ func (g *Gateway) Apply(d *config.Deployment) error {
 	}
 	g.snap.Store(s)
 	g.metrics.reloads.WithLabelValues("success").Inc()
+	g.srvMu.Lock()
+	srv := g.srv
+	g.srvMu.Unlock()
+	if srv != nil && srv.ReadHeaderTimeout != s.readHeaderTimeout {
+		g.log.Warn("server.readHeaderTimeout changed; the running server keeps the value it started with until restart",
+			"running", srv.ReadHeaderTimeout, "file", s.readHeaderTimeout)
+	}
 	return nil
 }
 

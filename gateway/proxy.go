@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
+	"sluice/policies/ratelimit"
 	"sluice/sharedctx"
 	"sluice/sse"
 )
@@ -30,8 +32,10 @@ const statusClientClosed = 499
 type exchange struct {
 	g     *Gateway
 	w     http.ResponseWriter
+	rc    http.ResponseController // over w
 	r     *http.Request
 	reqID string
+	snap  *snapshot
 	rt    *route
 	ep    llmapi.Endpoint
 	// dialect is the API the client speaks, which gateway-made errors and
@@ -41,6 +45,12 @@ type exchange struct {
 	run     *policies.Run
 	// status is the status sent to the client (0 until headers are written).
 	status int
+	// bodyRead is set once the request body has been read to its end.
+	bodyRead bool
+	// deadlines: w sets the client connection's deadlines (net/http's own
+	// ResponseWriter, which the server hands to the gateway unwrapped, does;
+	// test recorders do not, and are not asked each time).
+	deadlines bool
 	// upstreamStart and upstreamDone bracket the upstream exchange of a
 	// non-streamed response (first attempt sent to body fully read), so that
 	// record can observe the time the gateway itself added.
@@ -50,7 +60,7 @@ type exchange struct {
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
 	g.metrics.inflight.Inc()
-	x := &exchange{g: g, w: w, r: r}
+	x := &exchange{g: g, w: w, rc: *http.NewResponseController(w), r: r}
 	defer func() {
 		v := recover()
 		if v != nil {
@@ -142,6 +152,18 @@ func (x *exchange) serve() {
 		x.fail(gwerror.New(http.StatusServiceUnavailable, gwerror.TypeServer, "not_ready", "the gateway has no configuration loaded yet"))
 		return
 	}
+	x.snap = snap
+	_, x.deadlines = x.w.(connDeadlines)
+	x.extendWrite()
+	if hasBody(r) {
+		// The body must arrive within server.readTimeout. The deadline is set
+		// first so that it also bounds net/http's own reads of a body this
+		// handler leaves unread (it drains up to 256 KiB to reuse the
+		// connection).
+		x.setReadDeadline(time.Now().Add(snap.readTimeout))
+	} else {
+		x.bodyRead = true
+	}
 	rt, rest := snap.match(r.URL.Path)
 	if rt == nil {
 		// No route, no provider: the path alone says what the client speaks.
@@ -179,18 +201,30 @@ func (x *exchange) serve() {
 		x.fail(gerr)
 		return
 	}
+	// The caller is identified before its body is read: a request without a
+	// valid key costs the gateway its headers only.
+	x.call = x.newCall(rest, nil)
+	if gerr := x.identify(x.call); gerr != nil {
+		x.fail(gerr)
+		return
+	}
+	x.call.Identified = true
 	body, gerr := readBody(r, snap.maxRequestBytes)
 	if gerr != nil {
 		x.fail(gerr)
 		return
 	}
+	x.bodyRead = true
+	// Clear the deadline: net/http's background read, which notices a client
+	// that hangs up during a long stream, must not time out.
+	x.setReadDeadline(time.Time{})
 	llm, gerr := llmapi.Parse(ep, body)
 	if gerr != nil {
 		x.fail(gerr)
 		return
 	}
-
-	x.call = x.newCall(rest, llm)
+	x.call.Request.LLM = llm
+	x.call.Shared.Model = llm.Model
 	x.run = rt.chain.Start(x.call)
 	if gerr := x.run.Request(); gerr != nil {
 		x.fail(gerr)
@@ -199,16 +233,36 @@ func (x *exchange) serve() {
 	x.proxy()
 }
 
+// identify runs every policies.Identifier of the route's chain on call, in
+// chain order, and returns the first failure with its policy named.
+func (x *exchange) identify(call *policies.Call) *gwerror.Error {
+	entries := x.rt.chain.Entries()
+	for i := range entries {
+		id, ok := entries[i].Policy.(policies.Identifier)
+		if !ok {
+			continue
+		}
+		if gerr := id.Identify(call); gerr != nil {
+			if gerr.Policy == "" {
+				gerr.Policy = entries[i].Def.Name
+			}
+			return gerr
+		}
+	}
+	return nil
+}
+
 // proxy runs everything after admission: upstream, response phase, delivery
 // and the final outcome.
 func (x *exchange) proxy() {
 	g, llm, p := x.g, x.call.Request.LLM, x.rt.provider
 	ctx := x.r.Context()
 
-	// OpenAI reports stream usage only when asked; the gateway asks on the
-	// client's behalf and hides the extra chunk from a client that did not.
+	// OpenAI reports stream usage only when asked, and so does Anthropic's
+	// OpenAI-compatible chat/completions; the gateway asks on the client's
+	// behalf and hides the extra chunk from a client that did not.
 	hideUsage := false
-	if llm.Stream && p.typ == "openai" && (x.ep == llmapi.ChatCompletions || x.ep == llmapi.Completions) && !llm.ClientIncludeUsage {
+	if llm.Stream && !llm.ClientIncludeUsage && asksStreamUsage(p.typ, x.ep) {
 		if err := llm.SetIncludeUsage(); err == nil {
 			hideUsage = true
 		}
@@ -248,6 +302,20 @@ func (x *exchange) proxy() {
 	x.body(resp)
 }
 
+// asksStreamUsage reports whether a stream of endpoint ep from a provider of
+// type typ reports usage only when stream_options.include_usage asks for it:
+// OpenAI's chat/completions and completions, Anthropic's OpenAI-compatible
+// chat/completions.
+func asksStreamUsage(typ string, ep llmapi.Endpoint) bool {
+	switch ep {
+	case llmapi.ChatCompletions:
+		return true
+	case llmapi.Completions:
+		return typ == "openai"
+	}
+	return false
+}
+
 // passThroughError hands a non-2xx upstream answer to the client unchanged.
 func (x *exchange) passThroughError(resp *http.Response) {
 	buf := x.g.getBuf()
@@ -258,7 +326,7 @@ func (x *exchange) passThroughError(resp *http.Response) {
 	x.addClientHeaders()
 	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	x.writeHeader(resp.StatusCode)
-	_, _ = x.w.Write(buf.Bytes())
+	_ = x.writeBody(buf.Bytes())
 	x.finish(policies.UpstreamFailed, resp.StatusCode, nil, rerr)
 }
 
@@ -299,11 +367,68 @@ func (x *exchange) body(resp *http.Response) {
 	x.addClientHeaders()
 	h.Set("Content-Length", strconv.Itoa(len(presp.Body)))
 	x.writeHeader(presp.Status)
-	if _, err := x.w.Write(presp.Body); err != nil {
+	if err := x.writeBody(presp.Body); err != nil {
+		// The provider's usage was read with the body: it stands even though
+		// the client did not take the answer.
 		x.finish(policies.Cancelled, presp.Status, usage, err)
 		return
 	}
 	x.finish(policies.Completed, presp.Status, usage, nil)
+}
+
+// connDeadlines is what http.ResponseController calls to set deadlines.
+type connDeadlines interface {
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
+// writeChunk is the most written to a client under one write deadline.
+const writeChunk = 64 << 10
+
+// extendWrite gives the next write to the client server.writeTimeout: a
+// client that does not take the bytes in that time is cut (the write fails).
+// Deadlines are wall-clock time, whatever clock the gateway was given.
+func (x *exchange) extendWrite() {
+	if x.deadlines {
+		_ = x.rc.SetWriteDeadline(time.Now().Add(x.writeTimeout()))
+	}
+}
+
+func (x *exchange) setReadDeadline(t time.Time) {
+	if x.deadlines {
+		_ = x.rc.SetReadDeadline(t)
+	}
+}
+
+func (x *exchange) writeTimeout() time.Duration {
+	if x.snap == nil {
+		return DefaultWriteTimeout
+	}
+	return x.snap.writeTimeout
+}
+
+// writeBody writes b to the client in pieces of at most writeChunk bytes, each
+// under its own write deadline, so that a large body is bounded by the
+// client's pace rather than by its size.
+func (x *exchange) writeBody(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		x.extendWrite()
+		if _, err := x.w.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// writeEvent writes one SSE event and flushes it under one write deadline.
+func (x *exchange) writeEvent(ev *sse.Event) error {
+	x.extendWrite()
+	if err := sse.Write(x.w, ev); err != nil {
+		return err
+	}
+	return x.rc.Flush()
 }
 
 // stream forwards an SSE response event by event, flushing each at once.
@@ -323,8 +448,9 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	h.Del("Content-Length")
 	h.Set("X-Accel-Buffering", "no")
 	x.writeHeader(presp.Status)
-	rc := http.NewResponseController(x.w)
-	if err := rc.Flush(); err != nil {
+	x.extendWrite()
+	if err := x.rc.Flush(); err != nil {
+		resp.Body.Close() // see below
 		x.finish(policies.Cancelled, presp.Status, nil, err)
 		return
 	}
@@ -366,16 +492,19 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		if ev.Drop {
 			continue
 		}
-		if err := sse.Write(x.w, ev); err != nil {
+		if err := x.writeEvent(ev); err != nil {
+			// The client went away or stopped reading (the write deadline
+			// passed, which does not cancel the request's context): nothing
+			// will take the rest, so the upstream request ends now. Closing
+			// its unread body cancels the attempt and drops the upstream
+			// connection (the deferred Close is then a no-op).
+			resp.Body.Close()
 			kind, endErr = policies.Cancelled, err
 			break
 		}
-		if err := rc.Flush(); err != nil {
-			kind, endErr = policies.Cancelled, err
-			break
-		}
+		tracker.Forwarded()
 	}
-	usage := tracker.Usage()
+	usage := x.streamUsage(tracker)
 	if usage != nil {
 		x.call.Shared.Metadata[sharedctx.KeyLLMUsage] = usage
 	}
@@ -387,6 +516,24 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		// without the final chunk (HTTP/2: resets the stream) and logs nothing.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// streamUsage is a stream's one usage fact: the provider's report when it
+// arrived (authoritative, and it stands even if the client left after it),
+// else the usage the gateway counts from the output it forwarded, priced
+// against the prompt estimate the limit policies reserved with
+// (llmapi.StreamTracker.CountedUsage); nil when there is nothing to count.
+func (x *exchange) streamUsage(t *llmapi.StreamTracker) *llmapi.Usage {
+	if u := t.Usage(); u != nil && u.Authoritative {
+		return u
+	}
+	tok := x.g.opts.Services.Tokens
+	var count func(string) int64
+	if tok != nil {
+		model := x.call.Shared.Model
+		count = func(text string) int64 { return int64(tok.Count(model, text)) }
+	}
+	return t.CountedUsage(count, ratelimit.PromptTokens(x.call, tok))
 }
 
 // terminalEvent reports whether ev marks the normal end of a stream: OpenAI's
@@ -409,10 +556,19 @@ func (x *exchange) finish(kind policies.OutcomeKind, status int, usage *llmapi.U
 }
 
 // fail renders gerr in the client's dialect with the policies' client
-// headers (the error's own rate-limit counters replace theirs).
+// headers (the error's own rate-limit counters replace theirs). When the
+// request body was not read (the caller was refused before, or it did not
+// arrive in time) the connection is closed after the answer and nothing more
+// is read from it: otherwise net/http would wait for the rest of the body to
+// reuse the connection.
 func (x *exchange) fail(gerr *gwerror.Error) {
 	x.addClientHeaders()
 	x.status = statusOr500(gerr.Status)
+	if !x.bodyRead {
+		x.w.Header().Set("Connection", "close")
+		x.setReadDeadline(time.Now())
+	}
+	x.extendWrite()
 	gerr.Write(x.w, x.dialect, x.reqID)
 }
 
@@ -433,6 +589,11 @@ func dialectFor(rest, providerType string) dialect.Dialect {
 		return dialect.Anthropic
 	}
 	return dialect.OpenAI
+}
+
+// hasBody reports whether r announces a request body (a length or chunks).
+func hasBody(r *http.Request) bool {
+	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
 }
 
 func statusOr500(s int) int {
@@ -497,6 +658,10 @@ func readBody(r *http.Request, limit int64) ([]byte, *gwerror.Error) {
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, gwerror.New(http.StatusRequestTimeout, gwerror.TypeInvalidRequest, gwerror.CodeRequestTimeout,
+			"the request body did not arrive within the server's read timeout")
+	}
 	if err != nil {
 		return nil, gwerror.BadRequest(gwerror.CodeInvalidRequest, "could not read the request body: %v", err)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"sluice/gwerror"
 	"sluice/llmapi"
-	"sluice/policies"
 	"sluice/policies/ratelimit"
 )
 
@@ -58,20 +57,11 @@ func (x *exchange) quota(rest string) {
 		return
 	}
 	call := x.newCall(rest, nil)
-	entries := rt.chain.Entries()
-	for i := range entries {
-		id, ok := entries[i].Policy.(policies.Identifier)
-		if !ok {
-			continue
-		}
-		if gerr := id.Identify(call); gerr != nil {
-			if gerr.Policy == "" {
-				gerr.Policy = entries[i].Def.Name
-			}
-			x.fail(gerr)
-			return
-		}
+	if gerr := x.identify(call); gerr != nil {
+		x.fail(gerr)
+		return
 	}
+	entries := rt.chain.Entries()
 	rep := quotaReport{Route: rt.name, Limits: []quotaLimit{}}
 	if app := call.Shared.ApplicationID(); app != "" {
 		rep.ApplicationID = &app

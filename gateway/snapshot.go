@@ -18,6 +18,12 @@ type snapshot struct {
 	routes          []*route
 	maxRequestBytes int64
 	shutdownGrace   time.Duration
+	// readHeaderTimeout is only read by Serve (http.Server cannot change it
+	// while serving); readTimeout bounds reading a request body, writeTimeout
+	// each write to a client.
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
 }
 
 type route struct {
@@ -43,14 +49,14 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 		return nil, fmt.Errorf("gateway: nil deployment")
 	}
 	s := &snapshot{
-		maxRequestBytes: d.Server.MaxRequestBytes,
-		shutdownGrace:   time.Duration(d.Server.ShutdownGrace),
+		maxRequestBytes:   d.Server.MaxRequestBytes,
+		shutdownGrace:     orDefault(d.Server.ShutdownGrace.D(), DefaultShutdownGrace),
+		readHeaderTimeout: orDefault(d.Server.ReadHeaderTimeout.D(), DefaultReadHeaderTimeout),
+		readTimeout:       orDefault(d.Server.ReadTimeout.D(), DefaultReadTimeout),
+		writeTimeout:      orDefault(d.Server.WriteTimeout.D(), DefaultWriteTimeout),
 	}
 	if s.maxRequestBytes <= 0 {
 		s.maxRequestBytes = DefaultMaxRequestBytes
-	}
-	if s.shutdownGrace <= 0 {
-		s.shutdownGrace = DefaultShutdownGrace
 	}
 	providers := make(map[string]*provider, len(d.Providers))
 	for i := range d.Providers {
@@ -97,6 +103,13 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 	}
 	sort.SliceStable(s.routes, func(i, j int) bool { return len(s.routes[i].context) > len(s.routes[j].context) })
 	return s, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }
 
 func routeInfo(rc *config.Route, p *provider) policies.RouteInfo {

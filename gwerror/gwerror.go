@@ -35,6 +35,7 @@ const (
 	CodeInvalidJSON         = "invalid_json"
 	CodeInvalidRequest      = "invalid_request"
 	CodeBodyTooLarge        = "request_too_large"
+	CodeRequestTimeout      = "request_timeout"
 	CodeUnsupportedMedia    = "unsupported_media_type"
 	CodeMissingModel        = "missing_model"
 	CodeInvalidAPIKey       = "invalid_api_key"

@@ -15,6 +15,14 @@ type Usage struct {
 	// Authoritative is true when the numbers were reported by the provider (not
 	// absent, not estimated). Settlement only trusts authoritative usage.
 	Authoritative bool `json:"authoritative"`
+	// Counted is true when the gateway counted the usage itself because the
+	// provider reported none (a stream cancelled, cut, or ended without its
+	// usage report): CompletionTokens is the output it forwarded to the client,
+	// tokenized, and PromptTokens the provider's partial report when one
+	// arrived (Anthropic message_start), else the gateway's prompt estimate.
+	// Counted usage is a lower bound of what the provider bills; it is never
+	// Authoritative.
+	Counted bool `json:"counted,omitempty"`
 	// ExpectedChoices is the n the request asked for; FinishedChoices counts the
 	// choices that reported a finish reason (streams only; for bodies both equal n).
 	ExpectedChoices int `json:"expected_choices,omitempty"`

@@ -2,6 +2,7 @@ package llmapi
 
 import (
 	"errors"
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -150,9 +151,16 @@ func UsageFromBody(ep Endpoint, body []byte, n int) (*Usage, error) {
 // prompts; indexes beyond the bound are ignored.
 const maxTrackedIndex = MaxN * MaxPrompts
 
+// MaxCountedText bounds the output text a StreamTracker keeps for counting
+// (bytes). Output beyond it is not kept: CountedUsage counts it at 4 bytes a
+// token, the usual average of English text, so a huge stream costs bounded
+// memory and its count stays an approximation only past this size.
+const MaxCountedText = 4 << 20
+
 // StreamTracker follows an SSE response stream of one endpoint and accumulates its
-// usage and finished choices. Feed it every event in order; it never panics and
-// keeps no reference to the events. Not safe for concurrent use.
+// usage and finished choices, and the output text of the events forwarded to
+// the client (for CountedUsage). Feed it every event in order; it never panics
+// and keeps no reference to the events. Not safe for concurrent use.
 type StreamTracker struct {
 	ep Endpoint
 	n  int
@@ -160,9 +168,19 @@ type StreamTracker struct {
 	usage          Usage
 	anthropicInput int64
 	sawUsage       bool // any usage numbers seen
+	promptSeen     bool // the stream reported its prompt count (Anthropic message_start)
 	authoritative  bool // the final usage report seen
 	finished       []uint64
 	finishedCount  int
+
+	// text holds the output text of the forwarded events (text[:committed])
+	// followed by that of the event observed last, until Forwarded commits
+	// it or the next Observe discards it. overflow counts the forwarded bytes
+	// past MaxCountedText, pendingOverflow those of the last event.
+	text            []byte
+	committed       int
+	overflow        int64
+	pendingOverflow int64
 }
 
 // NewStreamTracker returns a tracker for a stream of endpoint ep that asked for n
@@ -197,7 +215,12 @@ func (t *StreamTracker) finish(idx int64) {
 // (message_start.message.usage gives the input and cache counts, not yet
 // authoritative; message_delta.usage gives the cumulative output count and makes
 // the usage authoritative; a message_delta stop_reason finishes the choice).
+//
+// Observe also keeps the event's output text (see outputText), which counts
+// once Forwarded is called for the event.
 func (t *StreamTracker) Observe(ev *sse.Event) (usageOnly bool) {
+	t.text = t.text[:t.committed]
+	t.pendingOverflow = 0
 	if ev == nil || len(ev.Data) == 0 || ev.Done() {
 		return false
 	}
@@ -245,6 +268,10 @@ func (t *StreamTracker) observeOpenAI(root gjson.Result) bool {
 						}
 					case "finish_reason":
 						done = finishReason(cv)
+					case "delta":
+						t.keepChatDelta(cv)
+					case "text":
+						t.keep(cv)
 					}
 					return true
 				})
@@ -273,7 +300,12 @@ func eventType(ev *sse.Event, root gjson.Result) string {
 }
 
 func (t *StreamTracker) observeResponses(ev *sse.Event, root gjson.Result) {
-	switch eventType(ev, root) {
+	typ := eventType(ev, root)
+	if responsesTextDelta(typ) {
+		t.keep(root.Get("delta"))
+		return
+	}
+	switch typ {
 	case "response.completed", "response.incomplete":
 		t.finish(0)
 		var u Usage
@@ -293,6 +325,16 @@ func (t *StreamTracker) observeResponses(ev *sse.Event, root gjson.Result) {
 
 func (t *StreamTracker) observeAnthropic(ev *sse.Event, root gjson.Result) {
 	switch eventType(ev, root) {
+	case "content_block_delta":
+		d := root.Get("delta")
+		t.keep(d.Get("text"))
+		t.keep(d.Get("partial_json"))
+		t.keep(d.Get("thinking"))
+	case "content_block_start":
+		// A tool_use block names its tool here; a text block may start with text.
+		b := root.Get("content_block")
+		t.keep(b.Get("name"))
+		t.keep(b.Get("text"))
 	case "message_start":
 		var u Usage
 		if usageFields(Messages, root.Get("message.usage"), &u) {
@@ -300,7 +342,7 @@ func (t *StreamTracker) observeAnthropic(ev *sse.Event, root gjson.Result) {
 			t.usage.CachedPromptTokens, t.usage.CacheWriteTokens = u.CachedPromptTokens, u.CacheWriteTokens
 			t.usage.CompletionTokens = u.CompletionTokens
 			finalize(Messages, &t.usage, t.anthropicInput)
-			t.sawUsage = true
+			t.sawUsage, t.promptSeen = true, true
 		}
 	case "message_delta":
 		if finishReason(root.Get("delta.stop_reason")) {
@@ -355,3 +397,113 @@ func (t *StreamTracker) Usage() *Usage {
 
 // FinishedChoices reports how many distinct choices have finished so far.
 func (t *StreamTracker) FinishedChoices() int { return t.finishedCount }
+
+// Output text kept per event (what a provider bills as output tokens):
+//
+//   - chat.completions: choices[].delta.content, .refusal, .reasoning_content,
+//     .tool_calls[].function.name and .arguments, and the legacy
+//     .function_call.name and .arguments;
+//   - completions: choices[].text;
+//   - messages (Anthropic): content_block_delta delta.text, .partial_json and
+//     .thinking; content_block_start content_block.name and .text;
+//   - responses: the delta of response.output_text.delta, response.refusal.delta,
+//     response.function_call_arguments.delta, response.reasoning*.delta (text
+//     and summary), response.custom_tool_call_input.delta.
+
+// keepChatDelta keeps the output text of one chat choice's delta object.
+func (t *StreamTracker) keepChatDelta(d gjson.Result) {
+	if !d.IsObject() {
+		return
+	}
+	d.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "content", "refusal", "reasoning_content":
+			t.keep(v)
+		case "function_call":
+			t.keep(v.Get("name"))
+			t.keep(v.Get("arguments"))
+		case "tool_calls":
+			v.ForEach(func(_, tc gjson.Result) bool {
+				t.keep(tc.Get("function.name"))
+				t.keep(tc.Get("function.arguments"))
+				return true
+			})
+		}
+		return true
+	})
+}
+
+// responsesTextDelta reports whether a Responses event type carries output
+// text in its delta field (audio deltas are base64 and are not text).
+func responsesTextDelta(typ string) bool {
+	rest, ok := strings.CutPrefix(typ, "response.")
+	if !ok || !strings.HasSuffix(rest, ".delta") {
+		return false
+	}
+	for _, p := range [...]string{"output_text.", "refusal.", "function_call_arguments.", "reasoning", "custom_tool_call_input."} {
+		if strings.HasPrefix(rest, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// keep appends v's text, when v is a string, to the pending output, up to
+// MaxCountedText in all; the rest is only measured.
+func (t *StreamTracker) keep(v gjson.Result) {
+	if v.Type != gjson.String || v.Str == "" {
+		return
+	}
+	s := v.Str
+	if room := MaxCountedText - len(t.text); room < len(s) {
+		room = max(room, 0)
+		t.pendingOverflow += int64(len(s) - room)
+		s = s[:room]
+	}
+	t.text = append(t.text, s...)
+}
+
+// Forwarded records that the event passed to Observe last reached the client:
+// its output text counts in CountedUsage. An event the gateway did not forward
+// (hidden, dropped by a policy, or whose write failed) is not counted.
+func (t *StreamTracker) Forwarded() {
+	t.committed = len(t.text)
+	t.overflow += t.pendingOverflow
+	t.pendingOverflow = 0
+}
+
+// CountedUsage is the usage the gateway counts itself for a stream that
+// delivered no authoritative usage (Usage() nil or not Authoritative): it
+// starts from the partial usage the stream reported, if any; PromptTokens is
+// prompt (the caller's estimate) unless the stream reported its prompt count;
+// CompletionTokens is the larger of a reported partial output count and
+// count(forwarded output text) plus one token per 4 bytes forwarded past
+// MaxCountedText. count must not retain its argument. The result has Counted
+// set and Authoritative false; it is nil when nothing was forwarded and no
+// usage was reported (the estimate then stands alone).
+//
+// Counting runs the tokenizer over the whole output, so callers call this
+// once, at the end, and only when the outcome needs it.
+func (t *StreamTracker) CountedUsage(count func(text string) int64, prompt int64) *Usage {
+	forwarded := t.text[:t.committed]
+	if !t.sawUsage && len(forwarded) == 0 && t.overflow == 0 {
+		return nil
+	}
+	u := t.usage
+	if !t.promptSeen {
+		u.PromptTokens = max(prompt, 0)
+	}
+	var out int64
+	if len(forwarded) > 0 && count != nil {
+		out = max(count(view(forwarded)), 0)
+	} else {
+		out = int64(len(forwarded)+3) / 4
+	}
+	out += (t.overflow + 3) / 4
+	u.CompletionTokens = max(u.CompletionTokens, out)
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.Authoritative, u.Counted = false, true
+	u.ExpectedChoices = t.n
+	u.FinishedChoices = t.finishedCount
+	return &u
+}

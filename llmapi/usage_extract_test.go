@@ -171,3 +171,143 @@ func TestStreamTrackerAllocs(t *testing.T) {
 		t.Fatalf("Observe allocates %.1f times per chunk", allocs)
 	}
 }
+
+// TestStreamTrackerForwardedText: the tracker keeps the output text of the
+// events that were forwarded, in every endpoint's shape, and nothing else
+// (not roles, ids, finish chunks, usage, nor events the gateway did not
+// forward).
+func TestStreamTrackerForwardedText(t *testing.T) {
+	tests := []struct {
+		name string
+		ep   Endpoint
+		wire string
+		skip map[int]bool // events observed but not forwarded
+		want string
+	}{
+		{"chat content, refusal, reasoning, tools", ChatCompletions, stream(
+			`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{"content":"lo \"x\""},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{"reasoning_content":"think","refusal":"no"}}]}`,
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get","arguments":"{\"a\":"}}]}}]}`,
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}`,
+			`{"choices":[{"index":0,"delta":{"function_call":{"name":"old","arguments":"{}"}}}]}`,
+			`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+			`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`,
+			`[DONE]`), nil, `Hello "x"thinknoget{"a":1}old{}`},
+		{"chat n=2 interleaved", ChatCompletions, stream(
+			`{"choices":[{"index":0,"delta":{"content":"a"}}]}`,
+			`{"choices":[{"index":1,"delta":{"content":"b"}}]}`), nil, "ab"},
+		{"chat events not forwarded do not count", ChatCompletions, stream(
+			`{"choices":[{"index":0,"delta":{"content":"kept "}}]}`,
+			`{"choices":[{"index":0,"delta":{"content":"dropped "}}]}`,
+			`{"choices":[{"index":0,"delta":{"content":"kept"}}]}`,
+			`{"choices":[{"index":0,"delta":{"content":"unsent"}}]}`), map[int]bool{1: true, 3: true}, "kept kept"},
+		{"completions", Completions, stream(
+			`{"choices":[{"text":"one ","index":0}]}`, `{"choices":[{"text":"two","index":0,"finish_reason":"length"}]}`), nil, "one two"},
+		{"anthropic text, tool input, thinking", Messages, stream(
+			"message_start\t"+`{"type":"message_start","message":{"content":[],"usage":{"input_tokens":4,"output_tokens":1}}}`,
+			"content_block_start\t"+`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`,
+			"content_block_delta\t"+`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}`,
+			"content_block_delta\t"+`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"c2ln"}}`,
+			"content_block_start\t"+`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`,
+			"content_block_delta\t"+`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"hi"}}`,
+			"content_block_start\t"+`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t","name":"get","input":{}}}`,
+			"content_block_delta\t"+`{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"q\":1}"}}`,
+			"message_delta\t"+`{"type":"message_delta","delta":{"stop_reason":"tool_use"}}`), nil, `hmmhiget{"q":1}`},
+		{"responses", Responses, stream(
+			"response.created\t"+`{"type":"response.created","response":{"status":"in_progress","usage":null}}`,
+			"response.reasoning_summary_text.delta\t"+`{"type":"response.reasoning_summary_text.delta","delta":"plan "}`,
+			"response.output_text.delta\t"+`{"type":"response.output_text.delta","delta":"hi"}`,
+			"response.function_call_arguments.delta\t"+`{"type":"response.function_call_arguments.delta","delta":"{}"}`,
+			"response.output_audio.delta\t"+`{"type":"response.output_audio.delta","delta":"AAAA"}`,
+			"response.output_text.done\t"+`{"type":"response.output_text.done","text":"hi"}`), nil, "plan hi{}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewStreamTracker(tt.ep, 1)
+			r := sse.NewReader(strings.NewReader(tt.wire))
+			for i := 0; ; i++ {
+				ev, err := r.Next()
+				if err != nil {
+					break
+				}
+				tr.Observe(ev)
+				if !tt.skip[i] {
+					tr.Forwarded()
+				}
+			}
+			var got string
+			u := tr.CountedUsage(func(s string) int64 { got = s; return int64(len(s)) }, 3)
+			if got != tt.want {
+				t.Fatalf("forwarded text %q, want %q", got, tt.want)
+			}
+			if u == nil || !u.Counted || u.Authoritative || u.Complete() {
+				t.Fatalf("CountedUsage = %+v: want counted, not authoritative", u)
+			}
+		})
+	}
+}
+
+// TestCountedUsage: the counted usage never lowers a partial report, takes the
+// prompt the stream reported or else the estimate, bounds the text it keeps,
+// and is nil when there is nothing to count.
+func TestCountedUsage(t *testing.T) {
+	byteCount := func(s string) int64 { return int64(len(s)) }
+	chunk := func(text string) *sse.Event {
+		return &sse.Event{Data: []byte(`{"choices":[{"index":0,"delta":{"content":"` + text + `"}}]}`)}
+	}
+	t.Run("nothing forwarded", func(t *testing.T) {
+		tr := NewStreamTracker(ChatCompletions, 1)
+		tr.Observe(chunk("never sent"))
+		if u := tr.CountedUsage(byteCount, 8); u != nil {
+			t.Fatalf("CountedUsage = %+v, want nil", u)
+		}
+	})
+	t.Run("prompt estimate and counted output", func(t *testing.T) {
+		tr := NewStreamTracker(ChatCompletions, 2)
+		tr.Observe(chunk("abcd"))
+		tr.Forwarded()
+		tr.Observe(&sse.Event{Data: []byte(`{"choices":[{"index":1,"delta":{},"finish_reason":"stop"}]}`)})
+		tr.Forwarded()
+		want := Usage{PromptTokens: 8, CompletionTokens: 4, TotalTokens: 12, Counted: true, ExpectedChoices: 2, FinishedChoices: 1}
+		if u := tr.CountedUsage(byteCount, 8); u == nil || *u != want {
+			t.Fatalf("CountedUsage = %+v, want %+v", u, want)
+		}
+	})
+	t.Run("anthropic prompt and partial output kept", func(t *testing.T) {
+		tr := NewStreamTracker(Messages, 1)
+		tr.Observe(&sse.Event{Event: "message_start", Data: []byte(`{"type":"message_start","message":{"usage":{"input_tokens":4,"cache_read_input_tokens":10,"output_tokens":3}}}`)})
+		tr.Forwarded()
+		tr.Observe(&sse.Event{Event: "content_block_delta", Data: []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}`)})
+		tr.Forwarded()
+		want := Usage{PromptTokens: 14, CachedPromptTokens: 10, CompletionTokens: 3, TotalTokens: 17, Counted: true, ExpectedChoices: 1}
+		if u := tr.CountedUsage(byteCount, 99); u == nil || *u != want {
+			t.Fatalf("CountedUsage = %+v, want %+v (reported prompt, reported output above the count)", u, want)
+		}
+	})
+	t.Run("text past the bound is counted by bytes", func(t *testing.T) {
+		tr := NewStreamTracker(ChatCompletions, 1)
+		big := strings.Repeat("x", 1<<20)
+		for range 6 {
+			tr.Observe(chunk(big))
+			tr.Forwarded()
+		}
+		tr.Observe(chunk(big)) // not forwarded
+		var kept int
+		u := tr.CountedUsage(func(s string) int64 { kept = len(s); return 0 }, 0)
+		if kept != MaxCountedText || cap(tr.text) > 2*MaxCountedText {
+			t.Fatalf("kept %d bytes (cap %d), want %d", kept, cap(tr.text), MaxCountedText)
+		}
+		if want := int64(6<<20-MaxCountedText) / 4; u.CompletionTokens != want {
+			t.Fatalf("completion %d, want %d (overflow bytes / 4)", u.CompletionTokens, want)
+		}
+	})
+	t.Run("no tokenizer falls back to bytes", func(t *testing.T) {
+		tr := NewStreamTracker(ChatCompletions, 1)
+		tr.Observe(chunk("abcdefgh"))
+		tr.Forwarded()
+		if u := tr.CountedUsage(nil, 1); u.CompletionTokens != 2 {
+			t.Fatalf("completion %d, want 2", u.CompletionTokens)
+		}
+	})
+}

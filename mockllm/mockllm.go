@@ -37,6 +37,10 @@ const (
 	HeaderDropAfter = "X-Mock-Drop-After"
 	// HeaderNoUsage ("true") omits usage from bodies and streams.
 	HeaderNoUsage = "X-Mock-No-Usage"
+	// HeaderStallAfter holds a stream after this many SSE events (counted as
+	// for HeaderDropAfter): nothing more is written, and the connection stays
+	// open until the client goes away.
+	HeaderStallAfter = "X-Mock-Stall-After"
 )
 
 const (
@@ -135,6 +139,7 @@ type call struct {
 	firstDelay time.Duration
 	tokenDelay time.Duration
 	dropAfter  int // -1: never
+	stallAfter int // -1: never
 }
 
 func (c *call) completion() int64 { return c.perChoice * int64(c.choices) }
@@ -171,7 +176,7 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 			writeJSON(w, gerr.Status, gerr.Envelope())
 			return
 		}
-		c := &call{req: req, id: s.seq.Add(1), created: s.now().Unix(), dropAfter: -1, choices: 1}
+		c := &call{req: req, id: s.seq.Add(1), created: s.now().Unix(), dropAfter: -1, stallAfter: -1, choices: 1}
 		if err := readFaults(r.Header, c); err != nil {
 			writeError(w, 400, gwerror.TypeInvalidRequest, "invalid_mock_header", err.Error())
 			return
@@ -255,12 +260,23 @@ func readFaults(h http.Header, c *call) error {
 	if c.firstDelay, err = ms(HeaderFirstTokenDelay); err != nil {
 		return err
 	}
-	if v := h.Get(HeaderDropAfter); v != "" {
+	events := func(name string, dst *int) error {
+		v := h.Get(name)
+		if v == "" {
+			return nil
+		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return headerError(HeaderDropAfter + " must be a non-negative integer (events)")
+			return headerError(name + " must be a non-negative integer (events)")
 		}
-		c.dropAfter = n
+		*dst = n
+		return nil
+	}
+	if err := events(HeaderDropAfter, &c.dropAfter); err != nil {
+		return err
+	}
+	if err := events(HeaderStallAfter, &c.stallAfter); err != nil {
+		return err
 	}
 	c.noUsage = h.Get(HeaderNoUsage) == "true"
 	return nil

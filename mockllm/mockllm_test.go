@@ -1,6 +1,7 @@
 package mockllm
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -281,6 +282,47 @@ func TestDropAfter(t *testing.T) {
 	if resp, err := srv.Client().Do(req); err == nil {
 		resp.Body.Close()
 		t.Errorf("non-streaming drop: got status %d, want a transport error", resp.StatusCode)
+	}
+}
+
+// TestStallAfter: a stalled stream sends exactly its first N events and then
+// nothing, until the client goes away.
+func TestStallAfter(t *testing.T) {
+	srv, _ := newServer(t)
+	body := `{"model":"gpt-4o","stream":true,"max_tokens":10,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set(HeaderStallAfter, "12") // 10 tokens, the finish chunk, the usage chunk; no [DONE]
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := sse.NewReader(resp.Body)
+	for i := 0; i < 12; i++ {
+		ev, err := r.Next()
+		if err != nil {
+			t.Fatalf("event %d: %v", i+1, err)
+		}
+		if i == 11 && !gjson.GetBytes(ev.Data, "usage.completion_tokens").Exists() {
+			t.Fatalf("event 12 is not the usage chunk: %s", ev.Data)
+		}
+	}
+	next := make(chan error, 1)
+	go func() { _, err := r.Next(); next <- err }()
+	select {
+	case err := <-next:
+		t.Fatalf("the stream went on after the stall: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	if err := <-next; err == nil {
+		t.Fatal("read an event after the client went away")
+	}
+	resp2 := post(t, srv, "/v1/chat/completions", body, map[string]string{HeaderStallAfter: "x"})
+	if resp2.StatusCode != 400 {
+		t.Fatalf("bad stall header: status %d", resp2.StatusCode)
 	}
 }
 

@@ -29,7 +29,17 @@ func newStreamer(w http.ResponseWriter, ctx context.Context, c *call) *streamer 
 	st := &streamer{w: w, rc: http.NewResponseController(w), ctx: ctx, c: c, buf: make([]byte, 0, 512)}
 	st.flush()
 	st.maybeDrop()
+	st.maybeStall()
 	return st
+}
+
+// maybeStall holds the stream once the configured number of events is out:
+// it waits for the client to go away, and every later call is a no-op.
+func (st *streamer) maybeStall() {
+	if st.c.stallAfter >= 0 && st.events >= st.c.stallAfter && !st.failed {
+		<-st.ctx.Done()
+		st.failed = true
+	}
 }
 
 func (st *streamer) flush() {
@@ -60,6 +70,7 @@ func (st *streamer) event(name string, data []byte) {
 	st.flush()
 	st.events++
 	st.maybeDrop()
+	st.maybeStall()
 }
 
 // tokenPause waits before a token event: the first-token delay before the first,

@@ -67,9 +67,16 @@ type Finalizer interface {
 // x-application-id, Shared.Auth, identity fields of Shared.Analytics) and
 // nothing else: no counters charged, no request or client headers edited, no
 // per-request state that expects a later phase. A non-nil error means the
-// caller is not identified (e.g. 401). The gateway runs Identify, in chain
-// order, for requests it answers itself on behalf of the caller (GET
-// /v1/quota) where no request phase runs and nothing goes upstream.
+// caller is not identified (e.g. 401).
+//
+// The gateway runs every Identifier of a chain, in chain order, before it
+// reads a proxied request's body (Request.LLM is nil then), so that a caller
+// it cannot identify is refused without its body being read; it then sets
+// Call.Identified and runs the request phase, in which an Identifier must not
+// repeat the lookup (it still does its other request-phase work, such as
+// stripping credentials). It also runs them for requests it answers itself
+// on behalf of the caller (GET /v1/quota), where no request phase runs and
+// nothing goes upstream.
 type Identifier interface {
 	Identify(c *Call) *gwerror.Error
 }
@@ -87,6 +94,10 @@ type Call struct {
 	ClientHeader http.Header
 	// Started is when the gateway received the request.
 	Started time.Time
+	// Identified is set by the gateway once every Identifier of the chain
+	// identified the caller on this Call (before the body was read); their
+	// request phases then skip the identification.
+	Identified bool
 
 	limits dialect.Limits
 }
@@ -162,8 +173,11 @@ type Outcome struct {
 	Status int
 	// WentUpstream is true when at least one upstream attempt was made.
 	WentUpstream bool
-	// Usage is the usage the gateway extracted (nil when none was reported).
-	// Usage.Complete() tells whether it is fit for settlement.
+	// Usage is the request's one usage fact, also published as Metadata
+	// x-llm-usage: the provider's report when it arrived (even if the client
+	// went away after it), else, for a stream, the usage the gateway counted
+	// from the output it forwarded (Usage.Counted, a lower bound); nil when
+	// there is neither. Usage.Complete() tells whether it is exact.
 	Usage *llmapi.Usage
 	// RejectedBy is the index in the chain of the policy that rejected the
 	// request (Kind == Rejected), -1 otherwise. A policy is told it rejected the

@@ -14,12 +14,20 @@ const (
 	KeyApplicationID = "x-application-id"
 	// KeyLLMCost is written by llm-cost: the request's cost in USD (float64).
 	KeyLLMCost = "x-llm-cost"
-	// KeyLLMCostStatus is written by llm-cost: "calculated", "unpriced" (model not
-	// in the catalog) or "no_usage" (no authoritative usage to price).
+	// KeyLLMCostStatus is written by llm-cost: "calculated" (priced from the
+	// provider's usage), "estimated" (priced from usage the gateway counted: a
+	// lower bound), "unpriced" (model not in the catalog) or "no_usage" (no
+	// usage to price).
 	KeyLLMCostStatus = "x-llm-cost-status"
 	// KeyLLMUsage is written by the gateway before the response and final phases:
 	// the normalised usage (*llmapi.Usage) extracted from the upstream response.
 	KeyLLMUsage = "x-llm-usage"
+)
+
+// Values of KeyLLMCostStatus that cost limits settle with.
+const (
+	CostStatusCalculated = "calculated"
+	CostStatusEstimated  = "estimated"
 )
 
 // DefaultApplicationID is the scope used by consumer-based limits when a request

@@ -163,6 +163,16 @@ func TestErrorsNameFileLineAndField(t *testing.T) {
 			want: "16:18 server.shutdownGrace", msg: "expected a duration",
 		},
 		{
+			name: "zero timeout",
+			src:  header + "server:\n  writeTimeout: 0s\n",
+			want: "16:17 server.writeTimeout", msg: `invalid duration "0s": must be positive`,
+		},
+		{
+			name: "negative timeout",
+			src:  header + "server:\n  readTimeout: -1s\n",
+			want: "16:16 server.readTimeout", msg: `must be positive`,
+		},
+		{
 			name: "wrong scalar type in the document",
 			src:  header + "server:\n  maxRequestBytes: lots\n",
 			want: "16:20 server.maxRequestBytes", msg: `expected an integer, got a string ("lots")`,
@@ -349,6 +359,9 @@ func TestDefaultsFilled(t *testing.T) {
 		{"keyPrefix", d.Counters.Redis.KeyPrefix, "sluice:"},
 		{"maxRequestBytes", d.Server.MaxRequestBytes, int64(10 << 20)},
 		{"shutdownGrace", d.Server.ShutdownGrace.D(), 30 * time.Second},
+		{"readHeaderTimeout", d.Server.ReadHeaderTimeout.D(), 10 * time.Second},
+		{"readTimeout", d.Server.ReadTimeout.D(), 30 * time.Second},
+		{"writeTimeout", d.Server.WriteTimeout.D(), 30 * time.Second},
 		{"timeout", p.Timeout.D(), 60 * time.Second},
 		{"retries", *p.Retries, 2},
 		{"policy version", d.Routes[0].Policies[0].Version, "v1"},
@@ -514,6 +527,10 @@ func TestValidateInMemoryDocument(t *testing.T) {
 	err := Validate(d)
 	if err == nil || err.Error() != `deployment: routes[0].provider: unknown provider "p" (defined: )` {
 		t.Errorf("got %v", err)
+	}
+	d = &Deployment{APIVersion: APIVersion, Server: Server{WriteTimeout: Duration(-time.Second)}}
+	if err := Validate(d); err == nil || err.Error() != "deployment: server.writeTimeout: must be positive" {
+		t.Errorf("negative writeTimeout: got %v", err)
 	}
 }
 

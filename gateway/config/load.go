@@ -22,10 +22,15 @@ const APIVersion = "sluice/v1"
 const (
 	DefaultMaxRequestBytes = 10 << 20
 	DefaultShutdownGrace   = Duration(30 * time.Second)
-	DefaultProviderTimeout = Duration(60 * time.Second)
-	DefaultProviderRetries = 2
-	DefaultRedisKeyPrefix  = "sluice:"
-	DefaultPolicyVersion   = "v1"
+	// DefaultReadHeaderTimeout, DefaultReadTimeout and DefaultWriteTimeout
+	// bound a client's headers, its body, and each write to it.
+	DefaultReadHeaderTimeout = Duration(10 * time.Second)
+	DefaultReadTimeout       = Duration(30 * time.Second)
+	DefaultWriteTimeout      = Duration(30 * time.Second)
+	DefaultProviderTimeout   = Duration(60 * time.Second)
+	DefaultProviderRetries   = 2
+	DefaultRedisKeyPrefix    = "sluice:"
+	DefaultPolicyVersion     = "v1"
 )
 
 // Load reads, parses and validates the deployment file at path, expanding
@@ -148,6 +153,15 @@ func applyDefaults(d *Deployment) {
 	}
 	if d.Server.ShutdownGrace == 0 {
 		d.Server.ShutdownGrace = DefaultShutdownGrace
+	}
+	if d.Server.ReadHeaderTimeout == 0 {
+		d.Server.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if d.Server.ReadTimeout == 0 {
+		d.Server.ReadTimeout = DefaultReadTimeout
+	}
+	if d.Server.WriteTimeout == 0 {
+		d.Server.WriteTimeout = DefaultWriteTimeout
 	}
 	if d.Counters.Backend == "" {
 		d.Counters.Backend = "memory"

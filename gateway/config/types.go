@@ -28,6 +28,14 @@ type Server struct {
 	MaxRequestBytes int64 `yaml:"maxRequestBytes"`
 	// ShutdownGrace bounds how long shutdown waits for in-flight streams (default 30s).
 	ShutdownGrace Duration `yaml:"shutdownGrace"`
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	// It is read when the gateway starts serving; a reload does not change it.
+	ReadHeaderTimeout Duration `yaml:"readHeaderTimeout"`
+	// ReadTimeout bounds reading a request's body (default 30s).
+	ReadTimeout Duration `yaml:"readTimeout"`
+	// WriteTimeout bounds each write to a client: a client that does not take
+	// a stream event or a piece of a body in that time is cut (default 30s).
+	WriteTimeout Duration `yaml:"writeTimeout"`
 }
 
 // Counters selects and configures the counter store.

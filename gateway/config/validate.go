@@ -42,6 +42,21 @@ func validate(d *Deployment) Errors {
 	if d.Server.MaxRequestBytes < 0 {
 		add(d.errorAt("server.maxRequestBytes", false, "must be positive"))
 	}
+	// Parsed durations are positive already; a deployment built in memory is
+	// checked here.
+	for _, f := range []struct {
+		field string
+		v     Duration
+	}{
+		{"server.shutdownGrace", d.Server.ShutdownGrace},
+		{"server.readHeaderTimeout", d.Server.ReadHeaderTimeout},
+		{"server.readTimeout", d.Server.ReadTimeout},
+		{"server.writeTimeout", d.Server.WriteTimeout},
+	} {
+		if f.v < 0 {
+			add(d.errorAt(f.field, false, "must be positive"))
+		}
+	}
 	validateCounters(d, add)
 	providerTypes := validateProviders(d, add)
 	validateApplications(d, add)

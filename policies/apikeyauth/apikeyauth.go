@@ -135,10 +135,14 @@ func missingMessage(headers []string, prefix, query string) string {
 	return b.String()
 }
 
-// OnRequest authenticates the request (Identify) and then strips every
-// credential source, whether or not the key was valid.
+// OnRequest authenticates the request (Identify, unless the gateway already
+// did: Call.Identified) and then strips every credential source, whether or
+// not the key was valid.
 func (p *policy) OnRequest(c *policies.Call) *gwerror.Error {
-	gerr := p.Identify(c)
+	var gerr *gwerror.Error
+	if !c.Identified {
+		gerr = p.Identify(c)
+	}
 	p.strip(c.Request)
 	return gerr
 }

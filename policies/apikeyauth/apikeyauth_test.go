@@ -267,3 +267,45 @@ func TestIdentify(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestPhaseAfterIdentify: when the gateway already identified the
+// caller (Call.Identified), the request phase does not look the key up again
+// (a counting index sees one lookup) but still strips every credential.
+func TestRequestPhaseAfterIdentify(t *testing.T) {
+	idx := &countingIndex{KeyIndex: testIndex()}
+	reg := policies.NewRegistry(apikeyauth.Definition())
+	ch, err := reg.BuildChain(policies.RouteInfo{RouteName: "r1"},
+		[]policies.EntrySpec{{Name: apikeyauth.Name, Version: apikeyauth.Version, Params: map[string]any{"queryParam": "api_key"}}},
+		&policies.Services{Keys: idx}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := newCall(http.Header{"Authorization": {"Bearer " + goodKey}, "X-Api-Key": {"other-key"}}, url.Values{"api_key": {goodKey}})
+	if gerr := ch.Entries()[0].Policy.(policies.Identifier).Identify(call); gerr != nil {
+		t.Fatal(gerr)
+	}
+	call.Identified = true
+	run := ch.Start(call)
+	if gerr := run.Request(); gerr != nil {
+		t.Fatal(gerr)
+	}
+	if idx.n != 1 {
+		t.Fatalf("%d key lookups for one request, want 1", idx.n)
+	}
+	if call.Shared.ApplicationID() != "app-a" {
+		t.Fatalf("application %q", call.Shared.ApplicationID())
+	}
+	if len(call.Request.Header) != 0 || call.Request.Query.Has("api_key") {
+		t.Fatalf("credentials not stripped: header %v query %v", call.Request.Header, call.Request.Query)
+	}
+}
+
+type countingIndex struct {
+	policies.KeyIndex
+	n int
+}
+
+func (c *countingIndex) Lookup(sum [32]byte) (policies.Credential, bool) {
+	c.n++
+	return c.KeyIndex.Lookup(sum)
+}

@@ -106,10 +106,10 @@ func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 // (settled at 1) unless nothing went upstream.
 func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) { p.eng.Finish(c, o, p) }
 
-// Actual reports one request.
-func (p *Policy) Actual(_ *policies.Call, _ *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) bool {
+// Actual reports one request, known at admission (ratelimit.FixedTrust).
+func (p *Policy) Actual(_ *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) ratelimit.Trust {
 	a[0] = 1
-	return true
+	return ratelimit.FixedTrust(o)
 }
 
 // Quota reports the caller's counters.

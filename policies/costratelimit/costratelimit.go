@@ -249,26 +249,26 @@ func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	return gerr
 }
 
-// OnFinal settles with x-llm-cost when llm-cost calculated it, else closes at
-// the estimate (see ratelimit.Engine.Finish for the other outcomes).
+// OnFinal settles with x-llm-cost when llm-cost calculated it from complete
+// usage, charges at least it when it is a lower bound, else keeps the
+// estimate (see Actual and ratelimit.Engine.Finish).
 func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) { p.eng.Finish(c, o, p) }
 
-// Actual reads the real cost (USD) from Metadata, in micro-USD rounded up. It
-// trusts it only when the usage it was priced from is complete (a partial
-// n>1 stream closes at the estimate, like the token limits).
-func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) bool {
-	if !ratelimit.Usage(c, o).Complete() {
-		return false
-	}
-	if c.Shared.String(sharedctx.KeyLLMCostStatus) != "calculated" {
-		return false
+// Actual reads the cost (USD) llm-cost wrote to Metadata, in micro-USD rounded
+// up. Its trust is ratelimit.CostTrust: exact when priced from the provider's
+// complete usage, a lower bound when priced from a partial n>1 stream or from
+// usage the gateway counted (x-llm-cost-status "estimated"), none otherwise.
+func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) ratelimit.Trust {
+	trust := ratelimit.CostTrust(c, o)
+	if trust == ratelimit.TrustNone {
+		return trust
 	}
 	usd, ok := c.Shared.Float(sharedctx.KeyLLMCost)
 	if !ok || usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
-		return false
+		return ratelimit.TrustNone
 	}
 	a[0] = satmath.Ceil(usd*1e6 - 1e-9)
-	return true
+	return trust
 }
 
 // Quota reports the caller's budgets.

@@ -36,16 +36,26 @@ func newHarness(t *testing.T) *ratelimittest.Harness {
 func TestSettleWithRealCost(t *testing.T) {
 	req := ratelimittest.Req{Model: "gpt-4o", MaxTokens: 1000}
 	usage := ratelimittest.Usage(1200, 300, 1)
+	partial := func(completion int64) *llmapi.Usage {
+		return &llmapi.Usage{PromptTokens: 1200, CompletionTokens: completion, TotalTokens: 1200 + completion, Authoritative: true, ExpectedChoices: 2, FinishedChoices: 1}
+	}
 	cases := []struct {
-		name  string
-		o     policies.Outcome
-		final func(est, real int64) int64
+		name string
+		o    policies.Outcome
+		// final is the expected charge given the estimate and the price of
+		// the outcome's usage.
+		final func(est, price int64) int64
 	}{
-		{"completed: real cost", ratelimittest.Completed(usage), func(_, real int64) int64 { return real }},
+		{"completed: real cost", ratelimittest.Completed(usage), func(_, price int64) int64 { return price }},
 		{"completed without usage: estimate", ratelimittest.Completed(nil), func(est, _ int64) int64 { return est }},
-		{"partial stream: estimate", ratelimittest.Completed(&llmapi.Usage{PromptTokens: 1200, CompletionTokens: 300, TotalTokens: 1500, Authoritative: true, ExpectedChoices: 2, FinishedChoices: 1}), func(est, _ int64) int64 { return est }},
+		{"partial stream below the estimate: estimate", ratelimittest.Completed(partial(300)), func(est, _ int64) int64 { return est }},
+		{"partial stream above the estimate: its cost", ratelimittest.Completed(partial(3000)), func(_, price int64) int64 { return price }},
 		{"upstream failure: estimate", policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}, func(est, _ int64) int64 { return est }},
 		{"cancelled: estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, func(est, _ int64) int64 { return est }},
+		{"cancelled after the usage report: real cost", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: usage}, func(_, price int64) int64 { return price }},
+		{"cancelled with counted output above the estimate: its price", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 2500)}, func(_, price int64) int64 { return price }},
+		{"cancelled with counted output below the estimate: estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 20)}, func(est, _ int64) int64 { return est }},
+		{"stream without usage: the price of the counted output", ratelimittest.Completed(ratelimittest.Counted(8, 4000)), func(_, price int64) int64 { return price }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,13 +69,16 @@ func TestSettleWithRealCost(t *testing.T) {
 			if !ok {
 				t.Fatal("gpt-4o not in the catalog")
 			}
-			real, _ := h.Svc.Pricing.CostMicros("gpt-4o", usage)
+			var price int64
+			if tc.o.Usage != nil {
+				price, _ = h.Svc.Pricing.CostMicros("gpt-4o", tc.o.Usage)
+			}
 			if gerr, _ := h.Do(ch, call, tc.o); gerr != nil {
 				t.Fatal(gerr)
 			}
 			got := 10_000_000 - h.Remaining("{r:a}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(10_000_000))
-			if want := tc.final(est, real); got != want {
-				t.Fatalf("charged %d µUSD, want %d (estimate %d, real %d)", got, want, est, real)
+			if want := tc.final(est, price); got != want {
+				t.Fatalf("charged %d µUSD, want %d (estimate %d, price of the usage %d)", got, want, est, price)
 			}
 		})
 	}

@@ -30,12 +30,19 @@ const (
 const (
 	// StatusCalculated: the cost was computed from authoritative usage (with the
 	// catalog's price, or defaultPrice for a model the catalog does not know).
-	StatusCalculated = "calculated"
+	StatusCalculated = sharedctx.CostStatusCalculated
+	// StatusEstimated: the cost was computed, the same way, from usage the
+	// gateway counted because the provider reported none (a stream the client
+	// left, the upstream cut, or that ended without usage): the output the
+	// client received and the prompt estimate. It is a lower bound of what the
+	// provider bills; cost limits charge at least it, never less than their
+	// estimate.
+	StatusEstimated = sharedctx.CostStatusEstimated
 	// StatusUnpriced: the model is not in the catalog and no defaultPrice is set;
 	// the cost is reported as 0.
 	StatusUnpriced = "unpriced"
-	// StatusNoUsage: the provider reported no usage (or none authoritative); the
-	// cost is reported as 0.
+	// StatusNoUsage: neither the provider nor the gateway has usage to price
+	// (nothing was delivered); the cost is reported as 0.
 	StatusNoUsage = "no_usage"
 )
 
@@ -182,7 +189,7 @@ func (p *policy) OnFinal(c *policies.Call, o *policies.Outcome) {
 		return
 	}
 	u := usageFrom(c.Shared, o.Usage)
-	if prev, _ := c.Shared.Metadata[p.doneKey].(string); prev == StatusNoUsage && !authoritative(u) {
+	if prev, _ := c.Shared.Metadata[p.doneKey].(string); prev == StatusNoUsage && !priceable(u) {
 		return
 	}
 	p.price(c, u)
@@ -197,15 +204,18 @@ func (p *policy) price(c *policies.Call, u *llmapi.Usage) (float64, string) {
 	var cost float64
 	var status string
 	var priced string
-	switch {
-	case !authoritative(u):
-		status = StatusNoUsage
-	default:
-		if m, ok := p.pricer.Resolve(model); ok {
-			cost, status, priced = m.Price.Cost(u), StatusCalculated, m.Name
+	if priceable(u) {
+		ok := StatusCalculated
+		if !u.Authoritative {
+			ok = StatusEstimated
+		}
+		if m, found := p.pricer.Resolve(model); found {
+			cost, status, priced = m.Price.Cost(u), ok, m.Name
 		} else {
 			status = StatusUnpriced
 		}
+	} else {
+		status = StatusNoUsage
 	}
 	md := c.Shared.Metadata
 	md[sharedctx.KeyLLMCost] = cost
@@ -235,10 +245,11 @@ func usageFrom(sh *sharedctx.SharedContext, fallback *llmapi.Usage) *llmapi.Usag
 	return fallback
 }
 
-// authoritative reports whether u holds provider-reported numbers. Partial
-// streams (fewer finished choices than requested) are still priced: the cost
-// of what was reported; limit policies decide how to settle them.
-func authoritative(u *llmapi.Usage) bool { return u != nil && u.Authoritative }
+// priceable reports whether u holds numbers to price: provider-reported
+// (authoritative) or counted by the gateway. Partial streams (fewer finished
+// choices than requested) are still priced: the cost of what was reported;
+// limit policies decide how to settle them.
+func priceable(u *llmapi.Usage) bool { return u != nil && (u.Authoritative || u.Counted) }
 
 var _ interface {
 	policies.ResponseHandler

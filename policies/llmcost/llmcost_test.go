@@ -117,9 +117,15 @@ func TestLLMCost(t *testing.T) {
 			wantCost: 0.0075, wantStatus: llmcost.StatusCalculated, wantHeader: "0.0075"},
 		{name: "no usage", model: "gpt-4o", u: nil, wantCost: 0, wantStatus: llmcost.StatusNoUsage},
 		{name: "no usage stream", model: "gpt-4o", u: nil, stream: true, wantCost: 0, wantStatus: llmcost.StatusNoUsage},
-		{name: "estimated usage is not priced", model: "gpt-4o",
+		{name: "non-authoritative usage is not priced", model: "gpt-4o",
 			u:        &llmapi.Usage{PromptTokens: 1000, CompletionTokens: 10, Authoritative: false},
 			wantCost: 0, wantStatus: llmcost.StatusNoUsage},
+		{name: "counted stream usage is priced as estimated", model: "gpt-4o", stream: true,
+			u:        &llmapi.Usage{PromptTokens: 1000, CompletionTokens: 500, TotalTokens: 1500, Counted: true, ExpectedChoices: 1},
+			wantCost: 0.0075, wantStatus: llmcost.StatusEstimated},
+		{name: "counted usage of an unknown model is unpriced", model: "acme-42", stream: true,
+			u:        &llmapi.Usage{PromptTokens: 1000, CompletionTokens: 500, TotalTokens: 1500, Counted: true, ExpectedChoices: 1},
+			wantCost: 0, wantStatus: llmcost.StatusUnpriced},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -404,32 +404,50 @@ func (a *Advanced) OnRequest(c *policies.Call) *gwerror.Error {
 func (a *Advanced) OnFinal(c *policies.Call, o *policies.Outcome) { a.eng.Finish(c, o, a) }
 
 // Actual computes each quota's real cost. Request-source quotas keep their
-// estimate; when a response or metadata quota has no trustworthy number the
-// whole reservation closes at the estimate.
-func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation, am *Amounts) bool {
+// estimate and do not lower the trust. A response quota is exact with the
+// provider's complete usage and a lower bound with partial or
+// gateway-counted usage; a metadata quota on x-llm-cost follows
+// x-llm-cost-status (calculated: as its usage, estimated: a lower bound), any
+// other metadata quota is exact for a Completed request. The result is the
+// least trusted quota's: when one has no trustworthy number the whole
+// reservation keeps its estimate. With request quotas only it is FixedTrust.
+func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation, am *Amounts) Trust {
 	u := Usage(c, o)
+	trust, usageBased := TrustExact, false
 	for i := range a.quotas {
 		q := &a.quotas[i]
 		switch q.src {
 		case srcRequest:
 			am[i] = r.Estimate(i)
+			continue
 		case srcResponse:
-			if !u.Complete() {
-				return false
+			t := usageTrust(u)
+			if t == TrustNone {
+				return TrustNone
 			}
+			trust = min(trust, t)
 			am[i] = satmath.Ceil(float64(u.PromptTokens)*q.pm + float64(u.CompletionTokens)*q.cm + float64(u.TotalTokens)*q.tm - 1e-9)
 		case srcMetadata:
-			if q.metaKey == sharedctx.KeyLLMCost && c.Shared.String(sharedctx.KeyLLMCostStatus) != "calculated" {
-				return false
+			t := FixedTrust(o)
+			if q.metaKey == sharedctx.KeyLLMCost {
+				t = CostTrust(c, o)
+			}
+			if t == TrustNone {
+				return TrustNone
 			}
 			v, ok := c.Shared.Float(q.metaKey)
 			if !ok || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-				return false
+				return TrustNone
 			}
+			trust = min(trust, t)
 			am[i] = satmath.Ceil(v*q.mult - 1e-9)
 		}
+		usageBased = true
 	}
-	return true
+	if !usageBased {
+		return FixedTrust(o)
+	}
+	return trust
 }
 
 // Quota reports the caller's counters.

@@ -143,6 +143,70 @@ func TestAdvancedReleaseOnLaterRejection(t *testing.T) {
 	}
 }
 
+// TestAdvancedTrust: response and x-llm-cost quotas charge at least the usage
+// the gateway counted for a request that ended without the provider's report
+// (never less than their estimate); request quotas keep their estimate; the
+// resolution is named by the outcome unless the usage is exact.
+func TestAdvancedTrust(t *testing.T) {
+	counted := ratelimittest.Counted(8, 500)
+	cases := []struct {
+		name       string
+		o          policies.Outcome
+		tok        func(est int64) int64 // expected charge of the response quota
+		usd        bool                  // the x-llm-cost quota is charged the usage's price
+		resolution string
+	}{
+		{"cancelled with counted output", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: counted},
+			func(int64) int64 { return 8 + 4*500 }, true, "abandoned"},
+		{"cancelled with a small count keeps the estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 0)},
+			func(est int64) int64 { return est }, true, "abandoned"},
+		{"cut stream with counted output", policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true, Usage: counted},
+			func(int64) int64 { return 8 + 4*500 }, true, "closed"},
+		{"cancelled after the usage report settles", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Usage(8, 500, 1)},
+			func(int64) int64 { return 8 + 4*500 }, true, "settled"},
+		{"cancelled without usage keeps the estimates", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true},
+			func(est int64) int64 { return est }, false, "abandoned"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := ratelimittest.New(t, ratelimit.Definition(), llmcost.Definition())
+			ch := h.Chain(route,
+				ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{
+					quota("req", 100, "1m", nil),
+					quota("tok", 100000, "1h", map[string]any{"costExtraction": map[string]any{"source": "response", "promptMultiplier": 1, "completionMultiplier": 4}}),
+					quota("usd", 5_000_000, "1d", map[string]any{"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1e6}}),
+				}}),
+				ratelimittest.Entry(llmcost.Name, nil))
+			call := h.Call(route, ratelimittest.Req{})
+			est := h.Svc.Tokens.EstimatePrompt(call.Request.LLM)
+			if gerr, _ := h.Do(ch, call, tc.o); gerr != nil {
+				t.Fatal(gerr)
+			}
+			usd := int64(1) // the metadata quota's reservation
+			if tc.usd {
+				usd, _ = h.Svc.Pricing.CostMicros("gpt-4o", tc.o.Usage)
+			}
+			checks := []struct {
+				key   string
+				l     store.Limit
+				spent int64
+			}{
+				{"{r}:advanced-ratelimit:req:bucket-1m", bucket(100, time.Minute), 1},
+				{"{r}:advanced-ratelimit:tok:bucket-1h", bucket(100000, time.Hour), tc.tok(est)},
+				{"{r}:advanced-ratelimit:usd:window-1d", store.Limit{Algorithm: store.FixedWindow, Max: 5_000_000, Period: 24 * time.Hour}, usd},
+			}
+			for _, c := range checks {
+				if got := c.l.Max - h.Remaining(c.key, c.l); got != c.spent {
+					t.Errorf("%s spent %d, want %d", c.key, got, c.spent)
+				}
+			}
+			if n := h.Gauge("sluice_ratelimit_resolutions_total", map[string]string{"kind": tc.resolution}); n != 1 {
+				t.Errorf("resolutions{kind=%s} = %v, want 1", tc.resolution, n)
+			}
+		})
+	}
+}
+
 // TestAdvancedCostQuotaNeedsAPricer: a quota that settles with x-llm-cost
 // links to the llm-cost after it and refuses a model it cannot price; with
 // no llm-cost after it the chain does not build.

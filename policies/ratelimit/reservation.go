@@ -111,6 +111,23 @@ func (r *Reservation) Abandon() bool { return r.resolve(Abandoned, nil) }
 // Release refunds everything that was reserved.
 func (r *Reservation) Release() bool { return r.resolve(Released, nil) }
 
+// resolveAtLeast resolves as kind (Closed or Abandoned) charging, per counter,
+// max(estimate, atLeast[meter]): amounts that are only a lower bound of the
+// real use may add to the estimate but never refund any of it.
+func (r *Reservation) resolveAtLeast(kind Resolution, atLeast *Amounts) bool {
+	if !r.resolved.CompareAndSwap(false, true) {
+		return false
+	}
+	e := r.eng
+	adjust := false
+	for j, i := range r.sel {
+		delta := max(atLeast[e.counters[i].Meter]-r.debits[j].Amount, 0)
+		r.deltas[j] = delta
+		adjust = adjust || delta != 0
+	}
+	return r.finishResolve(kind, adjust)
+}
+
 func (r *Reservation) resolve(kind Resolution, actual *Amounts) bool {
 	if !r.resolved.CompareAndSwap(false, true) {
 		return false
@@ -137,6 +154,13 @@ func (r *Reservation) resolve(kind Resolution, actual *Amounts) bool {
 			adjust = adjust || r.deltas[j] != 0
 		}
 	}
+	return r.finishResolve(kind, adjust)
+}
+
+// finishResolve applies r.deltas when adjust is set and records the
+// resolution.
+func (r *Reservation) finishResolve(kind Resolution, adjust bool) bool {
+	e := r.eng
 	if adjust {
 		e.adjust(r)
 	}
@@ -155,19 +179,51 @@ func (e *Engine) adjust(r *Reservation) {
 	}
 }
 
-// Settler computes the real amounts of a Completed request for Finish.
+// Trust says how far the amounts a Settler computed can be trusted.
+type Trust uint8
+
+const (
+	// TrustNone: no usable amounts; the estimate is the final charge.
+	TrustNone Trust = iota
+	// TrustLowerBound: the amounts are at least what the request used (usage
+	// the gateway counted from the output it forwarded, or the provider's
+	// usage of a stream with fewer finished choices than requested): each
+	// counter is charged max(estimate, amount), never refunded below the
+	// estimate.
+	TrustLowerBound
+	// TrustExact: the provider's complete usage; the reservation settles
+	// (real - estimate, refunds allowed).
+	TrustExact
+)
+
+// Settler computes the real amounts of a request that went upstream.
 type Settler interface {
-	// Actual fills a with the real amount per meter and reports whether they
-	// are authoritative; false closes the reservation at its estimate.
-	Actual(c *policies.Call, o *policies.Outcome, r *Reservation, a *Amounts) bool
+	// Actual fills a with the amount per meter and reports how far they can
+	// be trusted. It is called for every outcome that went upstream
+	// (Completed, Cancelled, UpstreamFailed, Failed after an attempt).
+	Actual(c *policies.Call, o *policies.Outcome, r *Reservation, a *Amounts) Trust
+}
+
+// FixedTrust is the Trust of amounts known at admission (a request count,
+// request-source quotas): exact for a Completed request (it settles), none
+// otherwise (the outcome's resolution keeps the estimate, which is the same
+// amount).
+func FixedTrust(o *policies.Outcome) Trust {
+	if o.Kind == policies.Completed {
+		return TrustExact
+	}
+	return TrustNone
 }
 
 // Finish resolves this instance's reservation for the request's outcome:
 //
 //   - Rejected (by a later policy; a policy that rejected itself holds none): Release.
-//   - Completed: Settle with s's amounts when authoritative, else Close.
-//   - UpstreamFailed: Close. Cancelled: Abandon.
-//   - Failed: Release when nothing went upstream, else Close.
+//   - Failed before anything went upstream: Release.
+//   - Any other outcome asks s for the amounts (s nil: TrustNone):
+//     TrustExact settles; TrustLowerBound and TrustNone resolve by outcome,
+//     Abandon for Cancelled, Close for the rest (Completed, UpstreamFailed,
+//     Failed), charging max(estimate, amount) per counter for a lower
+//     bound and the estimate for none.
 //
 // It returns the resolution applied, and false when there was nothing to resolve.
 func (e *Engine) Finish(c *policies.Call, o *policies.Outcome, s Settler) (Resolution, bool) {
@@ -176,29 +232,61 @@ func (e *Engine) Finish(c *policies.Call, o *policies.Outcome, s Settler) (Resol
 		return 0, false
 	}
 	delete(c.Shared.Metadata, e.slot)
-	var kind Resolution
-	switch o.Kind {
-	case policies.Rejected:
-		kind = Released
+	switch {
+	case o.Kind == policies.Rejected:
 		e.clearHeaders(c, r)
-	case policies.Completed:
+		return Released, r.resolve(Released, nil)
+	case o.Kind == policies.Failed && !o.WentUpstream:
+		return Released, r.resolve(Released, nil)
+	}
+	kind := Closed
+	if o.Kind == policies.Cancelled {
+		kind = Abandoned
+	}
+	trust := TrustNone
+	if s != nil {
 		// r.actual is scratch inside the reservation: a local would escape
 		// through the Settler interface and cost an allocation per request.
-		if s != nil && s.Actual(c, o, r, &r.actual) {
-			return Settled, r.Settle(&r.actual)
-		}
-		kind = Closed
-	case policies.Cancelled:
-		kind = Abandoned
-	case policies.Failed:
-		kind = Closed
-		if !o.WentUpstream {
-			kind = Released
-		}
-	default:
-		kind = Closed
+		trust = s.Actual(c, o, r, &r.actual)
+	}
+	switch trust {
+	case TrustExact:
+		return Settled, r.Settle(&r.actual)
+	case TrustLowerBound:
+		return kind, r.resolveAtLeast(kind, &r.actual)
 	}
 	return kind, r.resolve(kind, nil)
+}
+
+// usageTrust is the Trust of amounts taken from u: exact when u is the
+// provider's complete usage, a lower bound when it is partial (fewer finished
+// choices than requested) or counted by the gateway, none without usage.
+func usageTrust(u *llmapi.Usage) Trust {
+	switch {
+	case u.Complete():
+		return TrustExact
+	case u != nil && (u.Authoritative || u.Counted):
+		return TrustLowerBound
+	}
+	return TrustNone
+}
+
+// UsageTrust is the Trust of amounts a policy takes from the request's usage
+// (Usage(c, o)); see TrustExact and TrustLowerBound.
+func UsageTrust(c *policies.Call, o *policies.Outcome) Trust { return usageTrust(Usage(c, o)) }
+
+// CostTrust is the Trust of the cost llm-cost published in Metadata
+// x-llm-cost: "calculated" is as trustworthy as the usage it was priced from
+// (a partial stream's cost is a lower bound), "estimated" (priced from usage
+// the gateway counted) is a lower bound, any other status is none.
+func CostTrust(c *policies.Call, o *policies.Outcome) Trust {
+	switch c.Shared.String(sharedctx.KeyLLMCostStatus) {
+	case sharedctx.CostStatusCalculated:
+		return max(UsageTrust(c, o), TrustLowerBound)
+	case sharedctx.CostStatusEstimated:
+		return TrustLowerBound
+	}
+	return TrustNone
 }
 
 // Usage returns the request's usage: the Outcome's, else the gateway's

@@ -299,12 +299,17 @@ func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) {
 	p.eng.Finish(c, o, p)
 }
 
-// Actual settles with the provider's usage when it is complete: prompt counted
-// once, completions summed over choices (as providers report them).
-func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) bool {
+// Actual takes the request's usage: prompt counted once, completions summed
+// over choices (as providers report them), total = prompt + completion when
+// the provider omits it. Its trust is ratelimit.UsageTrust: exact for the
+// provider's complete usage, a lower bound for a partial n>1 stream or for
+// usage the gateway counted (whose prompt is the provider's report when one
+// arrived, else the same prompt estimate this policy reserved).
+func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) ratelimit.Trust {
 	u := ratelimit.Usage(c, o)
-	if !u.Complete() {
-		return false
+	trust := ratelimit.UsageTrust(c, o)
+	if trust == ratelimit.TrustNone {
+		return trust
 	}
 	a[meterPrompt] = u.PromptTokens
 	a[meterCompletion] = u.CompletionTokens
@@ -312,7 +317,7 @@ func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 	if u.TotalTokens == 0 {
 		a[meterTotal] = u.PromptTokens + u.CompletionTokens
 	}
-	return true
+	return trust
 }
 
 // Quota reports the caller's counters (its limit group and every model rule).

@@ -162,6 +162,13 @@ func Usage(prompt, completion int64, n int) *llmapi.Usage {
 		Authoritative: true, ExpectedChoices: n, FinishedChoices: n}
 }
 
+// Counted is usage the gateway counted for one choice (the output forwarded
+// to a client that went away, or a stream without usage): a lower bound.
+func Counted(prompt, completion int64) *llmapi.Usage {
+	return &llmapi.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
+		Counted: true, ExpectedChoices: 1}
+}
+
 // Remaining peeks a counter's remaining units.
 func (h *Harness) Remaining(key string, l store.Limit) int64 {
 	h.T.Helper()
