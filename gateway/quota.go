@@ -58,7 +58,12 @@ func (x *exchange) quota(rest string) {
 		return
 	}
 	call := x.newCall(rest, nil)
-	entries := rt.chain.Entries()
+	// ?resource=/chat/completions reports the counters of that resource's
+	// entries (resource-attached and per-resource limits).
+	if res := r.URL.Query().Get("resource"); policies.KnownResource(res) {
+		call.Request.Path = "/v1" + res
+	}
+	entries := rt.chain.EntriesFor(call)
 	for i := range entries {
 		id, ok := entries[i].Policy.(policies.Identifier)
 		if !ok {
