@@ -248,7 +248,9 @@ func TestApplicationsKeysAndCascade(t *testing.T) {
 		write(t, s, func(ctx context.Context, tx store.Tx) error {
 			return tx.TouchKeys(ctx, map[string]time.Time{"k1": later, "unknown": later})
 		})
-		write(t, s, func(ctx context.Context, tx store.Tx) error { return tx.TouchKeys(ctx, map[string]time.Time{"k1": earlier}) })
+		write(t, s, func(ctx context.Context, tx store.Tx) error {
+			return tx.TouchKeys(ctx, map[string]time.Time{"k1": earlier})
+		})
 		k := read(t, s, func(ctx context.Context, tx store.Tx) (store.APIKey, error) { return tx.GetKey(ctx, "a1", "k1") })
 		if k.LastUsedAt == nil || !k.LastUsedAt.Equal(later) {
 			t.Fatalf("last used %v, want %v (never lowered)", k.LastUsedAt, later)
@@ -293,7 +295,9 @@ func TestGuardrails(t *testing.T) {
 			}
 			return out
 		}
-		write(t, s, func(ctx context.Context, tx store.Tx) error { return tx.SetGuardrailPositions(ctx, "p1", []string{"g3", "g1", "g2"}) })
+		write(t, s, func(ctx context.Context, tx store.Tx) error {
+			return tx.SetGuardrailPositions(ctx, "p1", []string{"g3", "g1", "g2"})
+		})
 		if got := ids(); !reflect.DeepEqual(got, []string{"g3", "g1", "g2"}) {
 			t.Fatalf("order %v", got)
 		}
@@ -302,10 +306,15 @@ func TestGuardrails(t *testing.T) {
 				t.Fatalf("reorder %v: %v", bad, err)
 			}
 		}
-		g := read(t, s, func(ctx context.Context, tx store.Tx) (store.Guardrail, error) { return tx.GetGuardrail(ctx, "p1", "g1") })
+		g := read(t, s, func(ctx context.Context, tx store.Tx) (store.Guardrail, error) {
+			return tx.GetGuardrail(ctx, "p1", "g1")
+		})
 		g.Params = []byte(`{"allow":["gpt-4o"]}`)
 		var rev int64
-		write(t, s, func(ctx context.Context, tx store.Tx) (err error) { rev, err = tx.UpdateGuardrail(ctx, g, 1); return err })
+		write(t, s, func(ctx context.Context, tx store.Tx) (err error) {
+			rev, err = tx.UpdateGuardrail(ctx, g, 1)
+			return err
+		})
 		if rev != 2 {
 			t.Fatalf("rev %d", rev)
 		}
@@ -334,7 +343,9 @@ func TestGatewaysTokensAndAudit(t *testing.T) {
 			}
 			return tx.InsertAdminToken(ctx, store.AdminToken{ID: "adm", Name: "first", Hash: "sha256:a", CreatedAt: t0})
 		})
-		g := read(t, s, func(ctx context.Context, tx store.Tx) (store.Gateway, error) { return tx.GatewayByTokenHash(ctx, "sha256:t") })
+		g := read(t, s, func(ctx context.Context, tx store.Tx) (store.Gateway, error) {
+			return tx.GatewayByTokenHash(ctx, "sha256:t")
+		})
 		if g.ID != "gw1" {
 			t.Fatalf("by token: %+v", g)
 		}
@@ -387,7 +398,9 @@ func TestGatewaysTokensAndAudit(t *testing.T) {
 		if len(page) != 2 || string(page[0].After) != `{"n":4}` || string(page[1].After) != `{"n":3}` {
 			t.Fatalf("first page %+v", page)
 		}
-		page = read(t, s, func(ctx context.Context, tx store.Tx) ([]store.AuditEntry, error) { return tx.ListAudit(ctx, page[1].ID, 10) })
+		page = read(t, s, func(ctx context.Context, tx store.Tx) ([]store.AuditEntry, error) {
+			return tx.ListAudit(ctx, page[1].ID, 10)
+		})
 		if len(page) != 3 || page[2].Before != nil || string(page[2].After) != `{"n":0}` {
 			t.Fatalf("second page %+v", page)
 		}
