@@ -61,7 +61,9 @@ func TestGeneratedBackendAndConsumerLimitsStayApart(t *testing.T) {
 		resp, _ := env.mustSend("/gen/v1/chat/completions", app, req.body(), nil)
 		return resp.StatusCode
 	}
-	bucket := func(max int64) store.Limit { return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: time.Hour} }
+	bucket := func(max int64) store.Limit {
+		return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: time.Hour}
+	}
 	backendKey := counterKey("gen", "token-based-ratelimit", "total", bucket(1500))
 	consumerKey := func(app string) string { return counterKey("gen:"+app, "token-based-ratelimit", "total", bucket(1000)) }
 

@@ -110,12 +110,12 @@ const (
 
 // Policy names the generator emits.
 const (
-	apiKeyAuth     = "api-key-auth"
-	basicLimit     = "basic-ratelimit"
-	tokenLimit     = "token-based-ratelimit"
-	costLimit      = "llm-cost-based-ratelimit"
-	llmCost        = "llm-cost"
-	policyVersion  = "v1"
+	apiKeyAuth    = "api-key-auth"
+	basicLimit    = "basic-ratelimit"
+	tokenLimit    = "token-based-ratelimit"
+	costLimit     = "llm-cost-based-ratelimit"
+	llmCost       = "llm-cost"
+	policyVersion = "v1"
 )
 
 // Generate builds the deployment for s. Providers become routes in s's
