@@ -61,7 +61,8 @@ type Source struct {
 	Logger *slog.Logger
 	// Wait is the long-poll wait (default 30s); ReportEvery the check-in
 	// period when nothing changes (default 10s); Backoff the first wait
-	// after a failed poll, doubled up to 8 times (default 250ms).
+	// after a failed poll, doubled up to 8 times its value (default 250ms,
+	// so a platform that is back is polled again within 2s).
 	Wait, ReportEvery, Backoff time.Duration
 
 	mu sync.Mutex
@@ -211,7 +212,7 @@ func (s *Source) Run(ctx context.Context) {
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, s.Backoff<<8)
+			backoff = min(2*backoff, 8*s.Backoff)
 			continue
 		}
 		if failures > 0 {
