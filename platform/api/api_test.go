@@ -639,3 +639,39 @@ func TestProviderValidation(t *testing.T) {
 		t.Fatalf("%d providers", len(list.Providers))
 	}
 }
+
+// A gateway revoked while its long poll waits gets 401 at once, not at the
+// end of the wait.
+func TestRevocationEndsAWaitingPoll(t *testing.T) {
+	c := newPlatform(t)
+	var gw, other api.CreatedGateway
+	c.must(201, "POST", "/gateways", map[string]any{"name": "edge-1"}, &gw)
+	c.must(201, "POST", "/gateways", map[string]any{"name": "edge-2"}, &other)
+	v := c.version()
+	type result struct {
+		status int
+		took   time.Duration
+	}
+	poll := func(token string) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			start := time.Now()
+			g := &client{t: t, url: c.url, token: token}
+			status, _, _ := g.do("GET", fmt.Sprintf("/gateway/deployment?after=%d&wait=20", v), nil)
+			ch <- result{status, time.Since(start)}
+		}()
+		return ch
+	}
+	revoked, kept := poll(gw.Token), poll(other.Token)
+	time.Sleep(100 * time.Millisecond)
+	c.must(204, "DELETE", "/gateways/"+gw.Id, nil, nil)
+	r := <-revoked
+	if r.status != 401 || r.took > 10*time.Second {
+		t.Fatalf("revoked gateway's poll: %d after %v", r.status, r.took)
+	}
+	// The other gateway keeps waiting and gets the next version.
+	c.provider("openai")
+	if r := <-kept; r.status != 200 {
+		t.Fatalf("the other gateway's poll: %d", r.status)
+	}
+}

@@ -135,6 +135,7 @@ func (s *Server) RevokeGateway(c echo.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	s.hub.Kick() // its waiting long polls end with 401
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -148,8 +149,18 @@ func (s *Server) PollDeployment(c echo.Context, params PollDeploymentParams) err
 	if params.Wait != nil {
 		wait = *params.Wait
 	}
-	if _, ok := s.hub.Wait(ctx, after, time.Duration(wait)*time.Second); !ok {
-		return c.NoContent(http.StatusNoContent)
+	deadline := s.now().Add(time.Duration(wait) * time.Second)
+	for {
+		if _, ok := s.hub.Wait(ctx, after, deadline.Sub(s.now())); ok {
+			break
+		}
+		if ctx.Err() != nil || !s.now().Before(deadline) {
+			return c.NoContent(http.StatusNoContent)
+		}
+		// Kicked (a gateway was revoked): is it this one?
+		if _, err := s.gatewayToken(ctx, bearer(c.Request())); err != nil {
+			return err
+		}
 	}
 	doc, err := s.hub.Current(ctx)
 	if err != nil {

@@ -34,6 +34,7 @@ type Hub struct {
 	mu      sync.Mutex
 	version int64
 	changed chan struct{} // closed when version rises, then replaced
+	kicked  chan struct{} // closed by Kick, then replaced
 
 	buildMu sync.Mutex
 	doc     *Document
@@ -47,7 +48,7 @@ func NewHub(ctx context.Context, st store.Store, box *secrets.Box, now func() ti
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Hub{store: st, box: box, now: now, log: log, changed: make(chan struct{})}
+	h := &Hub{store: st, box: box, now: now, log: log, changed: make(chan struct{}), kicked: make(chan struct{})}
 	v, err := h.readVersion(ctx)
 	if err != nil {
 		return nil, err
@@ -86,10 +87,13 @@ func (h *Hub) Notify(v int64) {
 }
 
 // Wait returns as soon as the version is above after (true), or when max
-// has passed or ctx is done (false).
+// has passed, ctx is done or Kick was called (false).
 func (h *Hub) Wait(ctx context.Context, after int64, max time.Duration) (int64, bool) {
 	timer := time.NewTimer(max)
 	defer timer.Stop()
+	h.mu.Lock()
+	kicked := h.kicked
+	h.mu.Unlock()
 	for {
 		h.mu.Lock()
 		v, ch := h.version, h.changed
@@ -99,12 +103,23 @@ func (h *Hub) Wait(ctx context.Context, after int64, max time.Duration) (int64, 
 		}
 		select {
 		case <-ch:
+		case <-kicked:
+			return v, false
 		case <-timer.C:
 			return v, false
 		case <-ctx.Done():
 			return v, false
 		}
 	}
+}
+
+// Kick ends every Wait in progress without a new version, so that waiting
+// gateways recheck their tokens (after a revocation).
+func (h *Hub) Kick() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	close(h.kicked)
+	h.kicked = make(chan struct{})
 }
 
 // Watch polls the store's version every interval until ctx is done, so that
