@@ -89,7 +89,7 @@ func (f localFeed) Next(ctx context.Context, after int64, wait time.Duration) (*
 	if doc == nil {
 		return nil, err
 	}
-	return &pull.Update{Version: doc.Version, YAML: doc.YAML}, nil
+	return &pull.Update{Version: doc.Version, Document: doc.Text}, nil
 }
 
 func (f localFeed) Report(ctx context.Context, s pull.Status) error {

@@ -41,7 +41,7 @@ func NewCache(path, token string) (*Cache, error) {
 // Save writes u.
 func (c *Cache) Save(u *Update) error {
 	plain := binary.BigEndian.AppendUint64(nil, uint64(u.Version))
-	plain = append(plain, u.YAML...)
+	plain = append(plain, u.Document...)
 	out := append([]byte(cacheMagic), 1)
 	nonce := make([]byte, c.aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
@@ -86,5 +86,5 @@ func (c *Cache) Load() (*Update, error) {
 	if err != nil {
 		return nil, errors.New("the deployment cache does not open with this token (written by a gateway with another token, or damaged)")
 	}
-	return &Update{Version: int64(binary.BigEndian.Uint64(plain[:8])), YAML: plain[8:]}, nil
+	return &Update{Version: int64(binary.BigEndian.Uint64(plain[:8])), Document: plain[8:]}, nil
 }

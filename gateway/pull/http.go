@@ -62,13 +62,13 @@ func (f *HTTPFeed) Next(ctx context.Context, after int64, wait time.Duration) (*
 		return nil, fmt.Errorf("platform answered %d: %s", resp.StatusCode, bytes.TrimSpace(body))
 	}
 	var d struct {
-		Version int64  `json:"version"`
-		YAML    string `json:"yaml"`
+		Version  int64  `json:"version"`
+		Document string `json:"document"`
 	}
 	if err := json.Unmarshal(body, &d); err != nil {
 		return nil, fmt.Errorf("platform deployment: %w", err)
 	}
-	return &Update{Version: d.Version, YAML: []byte(d.YAML)}, nil
+	return &Update{Version: d.Version, Document: []byte(d.Document)}, nil
 }
 
 // Report sends a check-in.

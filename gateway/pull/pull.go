@@ -21,9 +21,10 @@ import (
 // Update is one deployment version.
 type Update struct {
 	Version int64
-	// YAML is the document as `sluice gateway --config` reads it (the
-	// platform escapes ${, so nothing is expanded from the environment).
-	YAML []byte
+	// Document is the deployment as `sluice gateway --config` reads it
+	// (the platform escapes ${, so nothing is expanded from the
+	// environment).
+	Document []byte
 }
 
 // Status is one check-in.
@@ -45,7 +46,7 @@ type Feed interface {
 
 // Parse reads an update's document (no environment expansion).
 func Parse(u *Update, source string) (*config.Deployment, error) {
-	return config.ParseEnv(u.YAML, source, func(string) (string, bool) { return "", false })
+	return config.ParseEnv(u.Document, source, func(string) (string, bool) { return "", false })
 }
 
 // Source applies a Feed's deployments. Run it on one goroutine.

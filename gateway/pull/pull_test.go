@@ -100,7 +100,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestSourceAppliesReportsAndSurvivesOutages(t *testing.T) {
 	feed := newFakeFeed()
-	feed.set(&Update{Version: 1, YAML: doc("r1")}, false)
+	feed.set(&Update{Version: 1, Document: doc("r1")}, false)
 	cache, err := NewCache(filepath.Join(t.TempDir(), "cache"), "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -132,13 +132,13 @@ func TestSourceAppliesReportsAndSurvivesOutages(t *testing.T) {
 		return fmt.Sprint(applied)
 	}
 
-	feed.set(&Update{Version: 2, YAML: doc("r2")}, false)
+	feed.set(&Update{Version: 2, Document: doc("r2")}, false)
 	eventually(t, "v2 applied and reported", func() bool {
 		r := feed.lastReport()
 		return src.Version() == 2 && r.Version == 2 && r.Result == "applied"
 	})
 	// A version the gateway refuses is reported failed and not fetched again.
-	feed.set(&Update{Version: 3, YAML: doc("bad")}, false)
+	feed.set(&Update{Version: 3, Document: doc("bad")}, false)
 	eventually(t, "v3 reported failed", func() bool {
 		r := feed.lastReport()
 		return r.Version == 3 && r.Result == "failed" && r.Error == "refused by the gateway"
@@ -164,7 +164,7 @@ func TestSourceAppliesReportsAndSurvivesOutages(t *testing.T) {
 	if src.Version() != 2 {
 		t.Fatal("an outage changed what is served")
 	}
-	feed.set(&Update{Version: 4, YAML: doc("r4")}, false)
+	feed.set(&Update{Version: 4, Document: doc("r4")}, false)
 	eventually(t, "v4 after the outage", func() bool { return src.Version() == 4 })
 	feed.mu.Lock()
 	sawResync := false
@@ -191,7 +191,7 @@ func TestCacheIsSealedWithTheToken(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "cache")
 	c, _ := NewCache(path, "token-a")
 	secret := []byte("value: Bearer sk-upstream-SECRET\n")
-	if err := c.Save(&Update{Version: 7, YAML: secret}); err != nil {
+	if err := c.Save(&Update{Version: 7, Document: secret}); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(path)
@@ -200,7 +200,7 @@ func TestCacheIsSealedWithTheToken(t *testing.T) {
 		t.Fatalf("mode %v, clear text %v", fi.Mode().Perm(), containsBytes(raw, []byte("SECRET")))
 	}
 	u, err := c.Load()
-	if err != nil || u.Version != 7 || string(u.YAML) != string(secret) {
+	if err != nil || u.Version != 7 || string(u.Document) != string(secret) {
 		t.Fatalf("load: %+v %v", u, err)
 	}
 	other, _ := NewCache(path, "token-b")

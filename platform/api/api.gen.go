@@ -358,10 +358,10 @@ type GatewayState string
 
 // GatewayDeployment defines model for GatewayDeployment.
 type GatewayDeployment struct {
-	Version int64 `json:"version"`
-
-	// Yaml The deployment document, as `sluice gateway --config` reads it.
-	Yaml string `json:"yaml"`
+	// Document The deployment document as `sluice gateway --config` reads it
+	// (JSON, which is YAML; every "$${" stands for a literal "${").
+	Document string `json:"document"`
+	Version  int64  `json:"version"`
 }
 
 // GatewayInput defines model for GatewayInput.

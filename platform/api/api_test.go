@@ -410,8 +410,8 @@ func TestUpstreamKeyNeverReadable(t *testing.T) {
 	c.token = gw.Token
 	var doc api.GatewayDeployment
 	c.must(200, "GET", "/gateway/deployment?after=0", nil, &doc)
-	if !strings.Contains(doc.Yaml, "Bearer "+secret) {
-		t.Fatalf("the gateway's deployment lacks the upstream key:\n%s", doc.Yaml)
+	if !strings.Contains(doc.Document, "Bearer "+secret) {
+		t.Fatalf("the gateway's deployment lacks the upstream key:\n%s", doc.Document)
 	}
 	c.token = adminToken
 	grepDataDir(t, c.dir, secret)
@@ -468,10 +468,13 @@ func TestKeysLifecycleAndAudit(t *testing.T) {
 	c.must(204, "DELETE", "/applications/"+app.Id+"/keys/"+k.Id, nil, nil)
 	c.must(204, "DELETE", "/applications/"+app.Id+"/keys/"+k.Id, nil, nil) // idempotent
 	c.fail(404, "DELETE", "/applications/"+app.Id+"/keys/key-nope", nil)
-	var dep api.ProviderDeployment
-	c.must(200, "GET", "/providers/"+p.Id+"/deployment", nil, &dep)
-	if strings.Contains(dep.Yaml, k.Id) || !strings.Contains(dep.Yaml, k2.Id) {
-		t.Fatalf("the deployment must list the live key only:\n%s", dep.Yaml)
+	var gw api.CreatedGateway
+	c.must(201, "POST", "/gateways", map[string]any{"name": "edge"}, &gw)
+	gc := &client{t: t, url: c.url, token: gw.Token}
+	var doc api.GatewayDeployment
+	gc.must(200, "GET", "/gateway/deployment?after=0", nil, &doc)
+	if strings.Contains(doc.Document, k.Id) || !strings.Contains(doc.Document, k2.Id) || strings.Contains(doc.Document, k2.Key) {
+		t.Fatalf("the gateways' deployment must list the live key only, by hash:\n%s", doc.Document)
 	}
 	var page api.AuditPage
 	c.must(200, "GET", "/audit", nil, &page)
@@ -482,11 +485,11 @@ func TestKeysLifecycleAndAudit(t *testing.T) {
 		}
 		actions = append(actions, e.Action)
 	}
-	want := "key.revoke key.create key.create application.create provider.create"
+	want := "gateway.create key.revoke key.create key.create application.create provider.create"
 	if strings.Join(actions, " ") != want {
 		t.Fatalf("audit %v, want %s", actions, want)
 	}
-	rev := page.Entries[0]
+	rev := page.Entries[1]
 	if rev.Before == nil || rev.After == nil || (*rev.After)["revokedAt"] == nil || (*rev.Before)["revokedAt"] != nil {
 		t.Fatalf("revocation before/after: %+v %+v", rev.Before, rev.After)
 	}
@@ -501,7 +504,7 @@ func TestKeysLifecycleAndAudit(t *testing.T) {
 		t.Fatalf("first page %+v", first)
 	}
 	c.must(200, "GET", fmt.Sprintf("/audit?limit=10&before=%d", *first.Next), nil, &second)
-	if len(second.Entries) != 3 || second.Next != nil || second.Entries[0].Id >= first.Entries[1].Id {
+	if len(second.Entries) != 4 || second.Next != nil || second.Entries[0].Id >= first.Entries[1].Id {
 		t.Fatalf("second page %+v", second)
 	}
 	c.fail(422, "GET", "/audit?limit=0", nil)
@@ -548,8 +551,8 @@ func TestGatewayDeliveryAndStates(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the long poll did not answer after a change")
 	}
-	if next.Version <= doc.Version || !strings.Contains(next.Yaml, "name: openai") {
-		t.Fatalf("new deployment v%d:\n%s", next.Version, next.Yaml)
+	if next.Version <= doc.Version || !strings.Contains(next.Document, `"name":"openai"`) {
+		t.Fatalf("new deployment v%d:\n%s", next.Version, next.Document)
 	}
 	t.Logf("change to poll answer: %v", time.Since(start))
 	if s := state().State; s != api.GatewayStatePending {

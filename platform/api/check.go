@@ -26,25 +26,33 @@ var entryRE = regexp.MustCompile(`^routes\[0\]\.policies\[(\d+)\](?:\.(.*))?$`)
 // chain built with stand-in services. Problems come back as one 422, mapped
 // by m; the caller's transaction must then roll back.
 func (s *Server) checkProvider(ctx context.Context, tx store.Tx, id string, m fieldMapper) error {
-	settings, err := delivery.LoadSettings(ctx, tx, delivery.Secrets{Redact: true}, s.now())
+	// The grants do not change whether the chain builds (api-key-auth takes
+	// any list of ids), so the check needs the provider alone.
+	sp, err := tx.GetProvider(ctx, id)
+	if err != nil {
+		return storeError(err, "provider", id)
+	}
+	p, err := delivery.ProviderSettings(sp, delivery.Secrets{Redact: true})
 	if err != nil {
 		return err
 	}
-	var one []generate.Provider
-	for _, p := range settings.Providers {
-		if p.ID == id {
-			one = append(one, p)
+	gs, err := tx.ListGuardrails(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, g := range gs {
+		gg, err := delivery.GuardrailEntry(g)
+		if err != nil {
+			return err
 		}
+		p.Guardrails = append(p.Guardrails, gg)
 	}
-	if len(one) != 1 {
-		return notFound("provider", id)
-	}
-	settings.Providers = one
-	res, err := generate.Generate(settings)
+	one := []generate.Provider{p}
+	res, err := generate.Generate(generate.Settings{Providers: one})
 	if err != nil {
 		return invalid([]Problem{problem("$", "%v", err)})
 	}
-	cerr := deploymentdoc.Check(res.Deployment, s.reg)
+	cerr := s.checker.Check(res.Deployment)
 	if cerr == nil {
 		return nil
 	}

@@ -170,7 +170,7 @@ func (s *Server) PollDeployment(c echo.Context, params PollDeploymentParams) err
 		return c.NoContent(http.StatusNoContent)
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.JSON(http.StatusOK, GatewayDeployment{Version: doc.Version, Yaml: string(doc.YAML)})
+	return c.JSON(http.StatusOK, GatewayDeployment{Version: doc.Version, Document: string(doc.Text)})
 }
 
 // ReportStatus records a gateway's check-in.

@@ -210,16 +210,21 @@ func (s *Server) GetProviderDeployment(c echo.Context, id ProviderId) error {
 			prov = p
 		}
 	}
-	// The provider's part: itself, and the applications granted it.
+	// The provider's part: itself and its route (api-key-auth lists the
+	// applications granted it; their keys are under /applications).
 	part := generate.Settings{Providers: []generate.Provider{prov}}
 	for _, a := range settings.Applications {
 		for _, pid := range a.Providers {
 			if pid == id {
-				part.Applications = append(part.Applications, a)
+				part.Applications = append(part.Applications, generate.Application{ID: a.ID, Providers: a.Providers})
 			}
 		}
 	}
 	res, err := generate.Generate(part)
+	if err != nil {
+		return err
+	}
+	res.Deployment.Applications = nil
 	if err != nil {
 		return err
 	}

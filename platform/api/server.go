@@ -30,6 +30,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"sluice/platform/delivery"
+	"sluice/platform/deploymentdoc"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
 	"sluice/policies"
@@ -78,6 +79,7 @@ type Server struct {
 	now      func() time.Time
 	ops      map[string]*operation
 	specJSON []byte
+	checker  *deploymentdoc.Checker
 }
 
 var _ ServerInterface = (*Server)(nil)
@@ -101,8 +103,12 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	checker, err := deploymentdoc.NewChecker(o.Registry)
+	if err != nil {
+		return nil, err
+	}
 	return &Server{store: o.Store, box: o.Box, hub: o.Hub, reg: o.Registry, log: o.Logger, now: o.Now,
-		ops: indexOperations(spec, BasePath), specJSON: specJSON}, nil
+		ops: indexOperations(spec, BasePath), specJSON: specJSON, checker: checker}, nil
 }
 
 // Register adds the API's routes under BasePath to e, behind guard, and

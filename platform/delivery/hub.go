@@ -18,7 +18,9 @@ import (
 // (upstream keys in clear).
 type Document struct {
 	Version int64
-	YAML    []byte
+	// Text is the document as `sluice gateway --config` reads it
+	// (deploymentdoc.Loadable).
+	Text []byte
 }
 
 // Hub tracks the deployment version and renders each version once for all
@@ -171,11 +173,11 @@ func (h *Hub) Current(ctx context.Context) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generating deployment version %d: %w", v, err)
 	}
-	y, err := deploymentdoc.YAML(res.Deployment)
+	text, err := deploymentdoc.Loadable(res.Deployment)
 	if err != nil {
 		return nil, err
 	}
-	h.doc = &Document{Version: v, YAML: y}
+	h.doc = &Document{Version: v, Text: text}
 	h.Notify(v)
 	return h.doc, nil
 }

@@ -71,12 +71,26 @@ func JSON(d *Deployment) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// Loadable renders d as the JSON text gateways receive: JSON is YAML, so
+// ParseYAML and `sluice gateway --config` read it, and it renders an order
+// of magnitude faster than block YAML. Like YAML, it writes every "${" as
+// "$${".
+func Loadable(d *Deployment) ([]byte, error) {
+	var b bytes.Buffer
+	if err := writeJSON(&b, tree(d, func(s string) any { return strings.ReplaceAll(s, "${", "$${") })); err != nil {
+		return nil, err
+	}
+	b.WriteByte('\n')
+	return b.Bytes(), nil
+}
+
 // escape prepares a string value for YAML: "${" becomes "$${", and a string
-// the YAML parser would read as a special float (goccy/go-yaml writes
-// ".inf" unquoted) is written double-quoted.
+// goccy/go-yaml would not read back as written (".inf" written unquoted is
+// read as a float; tabs and other control characters are lost) is written
+// double-quoted with JSON escapes.
 func escape(s string) any {
 	s = strings.ReplaceAll(s, "${", "$${")
-	if specialFloatRE.MatchString(s) {
+	if specialFloatRE.MatchString(s) || strings.ContainsFunc(s, func(r rune) bool { return (r < 0x20 && r != '\n') || r == 0x7f }) {
 		return quoted(s)
 	}
 	return s

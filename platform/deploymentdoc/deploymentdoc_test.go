@@ -11,7 +11,7 @@ import (
 var tricky = []string{
 	"${HOME}", "$${HOME}", "$$", "$", "${", "}", "a ${B} c", `quote " and ' and \`, "line\nbreak",
 	"*alias", "&anchor", "- item", "yes", "no", "null", "~", "1e3", "0x1F", "#comment", "key: value",
-	"<<", ".inf", "-.Inf", ".NaN", "1e3", "0o17", "1_000", "   padded   ", "", "ünïcødé ✓", "{flow}", "[list]", "!tag", "%directive", "@at", "`tick`",
+	"<<", "\u0001 \t control", "</script>&", ".inf", "-.Inf", ".NaN", "1e3", "0o17", "1_000", "   padded   ", "", "ünïcødé ✓", "{flow}", "[list]", "!tag", "%directive", "@at", "`tick`",
 }
 
 func doc() *Deployment {
@@ -53,8 +53,14 @@ func canon(t *testing.T, v any) string {
 func TestYAMLRoundTrip(t *testing.T) {
 	t.Setenv("HOME", "/should/not/appear")
 	t.Setenv("NOT_A_VAR", "leaked")
+	for name, render := range map[string]func(*Deployment) ([]byte, error){"YAML": YAML, "Loadable": Loadable} {
+		t.Run(name, func(t *testing.T) { roundTrip(t, render) })
+	}
+}
+
+func roundTrip(t *testing.T, render func(*Deployment) ([]byte, error)) {
 	in := doc()
-	y, err := YAML(in)
+	y, err := render(in)
 	if err != nil {
 		t.Fatal(err)
 	}
