@@ -61,9 +61,13 @@ func (c *Checker) Check(d *Deployment) error {
 // unreachable is a counter store for chain construction only.
 type unreachable struct{}
 
-func (unreachable) Reserve(context.Context, []store.Debit, *store.Result) error { return store.ErrUnavailable }
+func (unreachable) Reserve(context.Context, []store.Debit, *store.Result) error {
+	return store.ErrUnavailable
+}
 func (unreachable) Adjust(context.Context, []store.Debit, *store.Ticket, []int64) error {
 	return store.ErrUnavailable
 }
-func (unreachable) Peek(context.Context, []store.Debit, *store.Result) error { return store.ErrUnavailable }
-func (unreachable) Close() error                                             { return nil }
+func (unreachable) Peek(context.Context, []store.Debit, *store.Result) error {
+	return store.ErrUnavailable
+}
+func (unreachable) Close() error { return nil }
