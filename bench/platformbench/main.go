@@ -389,7 +389,7 @@ func adminLoad(bin string, rate int, duration time.Duration) error {
 		}()
 	}
 	wg.Wait()
-	fmt.Printf("admin API on SQLite at %d req/s for %v (10 providers, 100 applications; a tenth of the requests write):\n", rate, duration)
+	fmt.Printf("admin API on SQLite at %d req/s for %v (10 providers, 100 applications; a fifth of the requests write):\n", rate, duration)
 	report("all", all)
 	names := make([]string, 0, len(byOp))
 	for n := range byOp {
