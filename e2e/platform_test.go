@@ -222,7 +222,124 @@ func grepFiles(t *testing.T, dir, needle string) {
 
 func withEnv(kv ...string) []string { return append(os.Environ(), kv...) }
 
-// `sluice serve`: the Must show of the platform issue against one process.
+// scenario is what limitScenario set up.
+type scenario struct {
+	provider string
+	apps     map[string]string // name -> application id
+	keys     map[string]string // name -> API key
+}
+
+// limitScenario is the Must show of the platform issue against gw (which
+// gateway id is): a provider at the mock, backend and consumer token limits,
+// three applications with keys; the consumer limit stops A and not B, the
+// backend limit stops everyone; a cost budget in both scopes generates two
+// llm-cost-based-ratelimit and one llm-cost; the keys' last use comes back
+// from the gateway.
+func limitScenario(t *testing.T, a *admin, gw, gatewayID, mock string) scenario {
+	t.Helper()
+	sc := scenario{apps: map[string]string{}, keys: map[string]string{}}
+	sc.provider = a.create("/providers", map[string]any{"name": "openai", "type": "openai", "url": mock, "apiKey": e2eUpstreamKey}).ID
+	a.setLimits(sc.provider, map[string]any{
+		"backend":  map[string]any{"global": map[string]any{"token": tokenLimit(1500)}},
+		"consumer": map[string]any{"global": map[string]any{"token": tokenLimit(1000)}},
+	})
+	for _, name := range []string{"A", "B", "C"} {
+		sc.apps[name] = a.create("/applications", map[string]any{"name": name, "providers": []string{sc.provider}}).ID
+		sc.keys[name] = a.create("/applications/"+sc.apps[name]+"/keys", nil).Key
+	}
+	a.waitApplied(gatewayID)
+
+	servedA := 0
+	for chatOnce(t, gw, "openai", sc.keys["A"]) == 200 {
+		if servedA++; servedA > 50 {
+			t.Fatal("the consumer limit never stopped A")
+		}
+	}
+	if got := chatOnce(t, gw, "openai", sc.keys["B"]); got != 200 {
+		t.Fatalf("B got %d after A spent its consumer budget: B must not be stopped by A's limit", got)
+	}
+	servedB := 1
+	for chatOnce(t, gw, "openai", sc.keys["B"]) == 200 {
+		if servedB++; servedB > 50 {
+			t.Fatal("the backend limit never stopped B")
+		}
+	}
+	if got := chatOnce(t, gw, "openai", sc.keys["C"]); got != 429 {
+		t.Fatalf("C got %d: the backend limit must stop every application", got)
+	}
+	t.Logf("A served %d before its consumer limit, B %d more before the backend limit", servedA, servedB)
+
+	// A cost budget in both scopes: two llm-cost-based-ratelimit, one llm-cost.
+	a.setLimits(sc.provider, map[string]any{
+		"backend":  map[string]any{"global": map[string]any{"token": tokenLimit(1500), "cost": costLimit(100)}},
+		"consumer": map[string]any{"global": map[string]any{"token": tokenLimit(1000), "cost": costLimit(5)}},
+	})
+	var dep struct {
+		Entries []struct {
+			Name string `json:"name"`
+		} `json:"entries"`
+	}
+	a.must(200, "GET", "/providers/"+sc.provider+"/deployment", nil, &dep)
+	var chain []string
+	for _, e := range dep.Entries {
+		chain = append(chain, e.Name)
+	}
+	want := "api-key-auth token-based-ratelimit llm-cost-based-ratelimit token-based-ratelimit llm-cost-based-ratelimit llm-cost"
+	if strings.Join(chain, " ") != want {
+		t.Fatalf("chain %v, want %s", chain, want)
+	}
+	a.waitApplied(gatewayID)
+	// The check-in after that apply carried the keys' last use.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var ks struct {
+			Keys []struct {
+				LastUsedAt *time.Time `json:"lastUsedAt"`
+			} `json:"keys"`
+		}
+		a.must(200, "GET", "/applications/"+sc.apps["A"]+"/keys", nil, &ks)
+		if ks.Keys[0].LastUsedAt != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway never reported A's key as used")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return sc
+}
+
+// revokeFirstKey revokes app's first key and returns when it was sent.
+func (a *admin) revokeFirstKey(app string) time.Time {
+	a.t.Helper()
+	var ks struct {
+		Keys []struct{ ID string } `json:"keys"`
+	}
+	a.must(200, "GET", "/applications/"+app+"/keys", nil, &ks)
+	start := time.Now()
+	a.must(204, "DELETE", "/applications/"+app+"/keys/"+ks.Keys[0].ID, nil, nil)
+	return start
+}
+
+// noUpstreamKey checks the upstream key is readable through no API response,
+// no file of the data directory, and no log.
+func noUpstreamKey(t *testing.T, a *admin, provider, data string, keys map[string]string, logs string) {
+	t.Helper()
+	for _, path := range []string{"/providers", "/providers/" + provider, "/providers/" + provider + "/deployment", "/audit?limit=500"} {
+		if _, _, b := a.do("GET", path, nil); bytes.Contains(b, []byte(e2eUpstreamKey)) {
+			t.Errorf("GET %s shows the upstream key", path)
+		}
+	}
+	grepFiles(t, data, e2eUpstreamKey)
+	for _, key := range keys {
+		grepFiles(t, data, key) // API keys: hashes only
+	}
+	if strings.Contains(logs, e2eUpstreamKey) {
+		t.Error("the logs hold the upstream key")
+	}
+}
+
+// `sluice serve`: the platform and its gateway in one process.
 func TestPlatformServeEndToEnd(t *testing.T) {
 	bin := sluiceBin.Path(t)
 	mock := proctest.StartMock(t, bin).URL
@@ -232,94 +349,12 @@ func TestPlatformServeEndToEnd(t *testing.T) {
 		Args: []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data}})
 	gw := gatewayLine(t, serve)
 	a := newAdmin(t, serve.URL)
+	sc := limitScenario(t, a, gw, "local", mock)
 
-	prov := a.create("/providers", map[string]any{"name": "openai", "type": "openai", "url": mock, "apiKey": e2eUpstreamKey})
-	a.setLimits(prov.ID, map[string]any{
-		"backend":  map[string]any{"global": map[string]any{"token": tokenLimit(1500)}},
-		"consumer": map[string]any{"global": map[string]any{"token": tokenLimit(1000)}},
-	})
-	keys := map[string]string{}
-	for _, name := range []string{"A", "B", "C"} {
-		app := a.create("/applications", map[string]any{"name": name, "providers": []string{prov.ID}})
-		keys[name] = a.create("/applications/"+app.ID+"/keys", nil).Key
-	}
-	a.waitApplied("local")
+	start := a.revokeFirstKey(sc.apps["A"])
+	t.Logf("revoked key refused %v after the DELETE", refusedWithin(t, gw, "openai", sc.keys["A"], start, 2*time.Second))
 
-	servedA := 0
-	for chatOnce(t, gw, "openai", keys["A"]) == 200 {
-		if servedA++; servedA > 50 {
-			t.Fatal("the consumer limit never stopped A")
-		}
-	}
-	if got := chatOnce(t, gw, "openai", keys["B"]); got != 200 {
-		t.Fatalf("B got %d after A spent its consumer budget: B must not be stopped by A's limit", got)
-	}
-	servedB := 1
-	for chatOnce(t, gw, "openai", keys["B"]) == 200 {
-		if servedB++; servedB > 50 {
-			t.Fatal("the backend limit never stopped B")
-		}
-	}
-	if got := chatOnce(t, gw, "openai", keys["C"]); got != 429 {
-		t.Fatalf("C got %d: the backend limit must stop every application", got)
-	}
-	t.Logf("A served %d before its consumer limit, B %d more before the backend limit", servedA, servedB)
-
-	// A cost budget in both scopes: two llm-cost-based-ratelimit, one llm-cost.
-	a.setLimits(prov.ID, map[string]any{
-		"backend":  map[string]any{"global": map[string]any{"token": tokenLimit(1500), "cost": costLimit(100)}},
-		"consumer": map[string]any{"global": map[string]any{"token": tokenLimit(1000), "cost": costLimit(5)}},
-	})
-	var dep struct {
-		Entries []struct {
-			Name string `json:"name"`
-		} `json:"entries"`
-		YAML string `json:"yaml"`
-	}
-	a.must(200, "GET", "/providers/"+prov.ID+"/deployment", nil, &dep)
-	var chain []string
-	for _, e := range dep.Entries {
-		chain = append(chain, e.Name)
-	}
-	want := "api-key-auth token-based-ratelimit llm-cost-based-ratelimit token-based-ratelimit llm-cost-based-ratelimit llm-cost"
-	if strings.Join(chain, " ") != want {
-		t.Fatalf("chain %v, want %s", chain, want)
-	}
-	a.waitApplied("local")
-
-	// Revocation reaches the gateway within 2 s.
-	var list struct {
-		Applications []struct{ ID, Name string } `json:"applications"`
-	}
-	a.must(200, "GET", "/applications", nil, &list)
-	var appA string
-	for _, app := range list.Applications {
-		if app.Name == "A" {
-			appA = app.ID
-		}
-	}
-	var ks struct {
-		Keys []struct{ ID string } `json:"keys"`
-	}
-	a.must(200, "GET", "/applications/"+appA+"/keys", nil, &ks)
-	start := time.Now()
-	a.must(204, "DELETE", "/applications/"+appA+"/keys/"+ks.Keys[0].ID, nil, nil)
-	took := refusedWithin(t, gw, "openai", keys["A"], start, 2*time.Second)
-	t.Logf("revoked key refused %v after the DELETE", took)
-
-	// The upstream key: not readable through the API, the logs or the files.
-	for _, path := range []string{"/providers", "/providers/" + prov.ID, "/providers/" + prov.ID + "/deployment", "/audit?limit=500"} {
-		if _, _, b := a.do("GET", path, nil); bytes.Contains(b, []byte(e2eUpstreamKey)) {
-			t.Errorf("GET %s shows the upstream key", path)
-		}
-	}
-	grepFiles(t, data, e2eUpstreamKey)
-	for _, key := range keys {
-		grepFiles(t, data, key) // API keys: hashes only
-	}
-	if strings.Contains(serve.Stderr()+serve.Stdout(), e2eUpstreamKey) {
-		t.Error("the logs hold the upstream key")
-	}
+	noUpstreamKey(t, a, sc.provider, data, sc.keys, serve.Stderr()+serve.Stdout())
 	a.token = ""
 	if status, _, _ := a.do("GET", "/providers", nil); status != 401 {
 		t.Errorf("admin API without a token: %d, want 401", status)
@@ -330,46 +365,45 @@ func TestPlatformServeEndToEnd(t *testing.T) {
 	}
 }
 
-// `sluice platform` and separate `sluice gateway --platform` processes:
-// delivery, outage, restart from the cache, revoked gateway tokens.
+// `sluice platform` and a separate `sluice gateway --platform`: the same
+// scenario, then revocation, a platform outage, a gateway restart while the
+// platform is down (from the cache), the platform's return, and a revoked
+// gateway token.
 func TestPlatformGatewaysPullAndSurviveOutages(t *testing.T) {
 	bin := sluiceBin.Path(t)
 	mock := proctest.StartMock(t, bin).URL
 	data := t.TempDir()
-	startPlatform := func() *proctest.Proc {
-		return proctest.Start(t, bin, proctest.Spec{Name: "platform", ReadyPath: "/healthz",
-			Env:  withEnv("SLUICE_ADMIN_TOKEN=" + e2eAdminToken),
-			Args: []string{"platform", "--admin-listen", "127.0.0.1:0", "--data", data}})
-	}
-	plat := startPlatform()
+	plat := proctest.Start(t, bin, proctest.Spec{Name: "platform", ReadyPath: "/healthz",
+		Env:  withEnv("SLUICE_ADMIN_TOKEN=" + e2eAdminToken),
+		Args: []string{"platform", "--admin-listen", "127.0.0.1:0", "--data", data}})
 	a := newAdmin(t, plat.URL)
 	gwTok := a.create("/gateways", map[string]any{"name": "edge-1"})
-	prov := a.create("/providers", map[string]any{"name": "openai", "type": "openai", "url": mock, "apiKey": e2eUpstreamKey})
-	app := a.create("/applications", map[string]any{"name": "A", "providers": []string{prov.ID}})
-	k1 := a.create("/applications/"+app.ID+"/keys", nil)
-	k2 := a.create("/applications/"+app.ID+"/keys", nil)
-
 	cache := filepath.Join(t.TempDir(), "deployment.cache")
-	startGateway := func(name, platformURL string) *proctest.Proc {
-		return proctest.StartGateway(t, bin, name, "--platform", platformURL, "--token", gwTok.Token, "--cache", cache,
+	startGateway := func(name string) *proctest.Proc {
+		return proctest.StartGateway(t, bin, name, "--platform", plat.URL, "--token", gwTok.Token, "--cache", cache,
 			"--platform-timeout", "2s")
 	}
-	gw := startGateway("gateway-1", plat.URL)
+	gw := startGateway("gateway-1")
+	sc := limitScenario(t, a, gw.URL, gwTok.ID, mock)
+	// Raise the limits far above what was spent (the usage is kept: counter
+	// keys hold no limit value), so that the rest of the test is served.
+	a.setLimits(sc.provider, map[string]any{
+		"backend":  map[string]any{"global": map[string]any{"token": tokenLimit(1e9)}},
+		"consumer": map[string]any{"global": map[string]any{"token": tokenLimit(1e9)}},
+	})
 	a.waitApplied(gwTok.ID)
-	if got := chatOnce(t, gw.URL, "openai", k1.Key); got != 200 {
-		t.Fatalf("first request: %d", got)
+	if got := chatOnce(t, gw.URL, "openai", sc.keys["B"]); got != 200 {
+		t.Fatalf("after raising the limits: %d", got)
 	}
-
-	start := time.Now()
-	a.must(204, "DELETE", "/applications/"+app.ID+"/keys/"+k1.ID, nil, nil)
-	t.Logf("revoked key refused %v after the DELETE", refusedWithin(t, gw.URL, "openai", k1.Key, start, 2*time.Second))
+	start := a.revokeFirstKey(sc.apps["A"])
+	t.Logf("revoked key refused %v after the DELETE", refusedWithin(t, gw.URL, "openai", sc.keys["A"], start, 2*time.Second))
 	a.waitApplied(gwTok.ID)
 
 	// Platform down: the gateway keeps serving its last good deployment.
 	plat.Signal(t, syscall.SIGKILL)
 	plat.WaitExit(t, 10*time.Second)
 	for range 5 {
-		if got := chatOnce(t, gw.URL, "openai", k2.Key); got != 200 {
+		if got := chatOnce(t, gw.URL, "openai", sc.keys["B"]); got != 200 {
 			t.Fatalf("with the platform down: %d", got)
 		}
 	}
@@ -377,11 +411,11 @@ func TestPlatformGatewaysPullAndSurviveOutages(t *testing.T) {
 	// revocation included.
 	gw.Signal(t, syscall.SIGTERM)
 	gw.WaitExit(t, 40*time.Second)
-	gw2 := startGateway("gateway-2", plat.URL)
-	if got := chatOnce(t, gw2.URL, "openai", k2.Key); got != 200 {
+	gw2 := startGateway("gateway-2")
+	if got := chatOnce(t, gw2.URL, "openai", sc.keys["B"]); got != 200 {
 		t.Fatalf("restarted from the cache: %d", got)
 	}
-	if got := chatOnce(t, gw2.URL, "openai", k1.Key); got != 401 {
+	if got := chatOnce(t, gw2.URL, "openai", sc.keys["A"]); got != 401 {
 		t.Fatalf("the revoked key through the cached deployment: %d", got)
 	}
 	gw2.WaitLog(t, 5*time.Second, "serving the cached deployment")
@@ -390,33 +424,30 @@ func TestPlatformGatewaysPullAndSurviveOutages(t *testing.T) {
 		t.Fatalf("the cache holds the upstream key in clear (or is missing: %v)", err)
 	}
 
-	// The platform comes back (on another port: the gateway was told the
-	// old one, so start it where the gateway looks).
+	// The platform comes back where the gateway looks for it.
 	plat2 := proctest.Start(t, bin, proctest.Spec{Name: "platform-2", ReadyPath: "/healthz",
 		Env:  withEnv("SLUICE_ADMIN_TOKEN=" + e2eAdminToken),
 		Args: []string{"platform", "--admin-listen", strings.TrimPrefix(plat.URL, "http://"), "--data", data}})
 	a = newAdmin(t, plat2.URL)
 	gw2.WaitLog(t, 10*time.Second, "platform reachable again")
-	start = time.Now()
-	a.must(204, "DELETE", "/applications/"+app.ID+"/keys/"+k2.ID, nil, nil)
-	t.Logf("after the platform's restart, a revoked key is refused %v after the DELETE", refusedWithin(t, gw2.URL, "openai", k2.Key, start, 2*time.Second))
+	start = a.revokeFirstKey(sc.apps["B"])
+	t.Logf("after the platform's restart, a revoked key is refused %v after the DELETE", refusedWithin(t, gw2.URL, "openai", sc.keys["B"], start, 2*time.Second))
 
-	// A revoked gateway token is refused by the platform.
+	// A revoked gateway token is refused by the platform; the gateway keeps
+	// its last deployment.
 	a.must(204, "DELETE", "/gateways/"+gwTok.ID, nil, nil)
 	g := &admin{t: t, base: a.base, token: gwTok.Token, http: a.http}
 	if status, _, _ := g.do("GET", "/gateway/deployment?after=0&wait=0", nil); status != 401 {
 		t.Fatalf("revoked gateway token: %d, want 401", status)
 	}
 	gw2.WaitLog(t, 15*time.Second, "platform unreachable", "401")
-	if got := chatOnce(t, gw2.URL, "openai", k2.Key); got != 401 {
-		t.Fatalf("the gateway must keep its last deployment (k2 revoked): %d", got)
+	if got := chatOnce(t, gw2.URL, "openai", sc.keys["C"]); got != 200 {
+		t.Fatalf("a revoked gateway must keep serving its last deployment: %d", got)
 	}
 	var view gatewayView
 	a.must(200, "GET", "/gateways/"+gwTok.ID, nil, &view)
 	if view.State != "revoked" {
 		t.Fatalf("state %s", view.State)
 	}
-	if strings.Contains(gw2.Stderr()+plat2.Stderr(), e2eUpstreamKey) {
-		t.Error("a log holds the upstream key")
-	}
+	noUpstreamKey(t, a, sc.provider, data, sc.keys, gw2.Stderr()+gw.Stderr()+plat.Stderr()+plat2.Stderr())
 }
