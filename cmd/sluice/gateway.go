@@ -135,6 +135,19 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	// SIGHUP and the file watcher are set up before the gateway says it
+	// listens: a SIGHUP that came earlier would end the process (its default
+	// action), and a file written earlier would be the watcher's baseline,
+	// its change never seen.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if *cfgPath != "" {
+		config.Watch(watchCtx, *cfgPath, *watchEvery, func() { reload("file changed") })
+	}
+
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
@@ -144,15 +157,6 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 	go func() { serveErr <- gw.Serve(ln) }()
 	logger.Info("gateway listening", "addr", ln.Addr().String(), "config", d.Source, "routes", len(d.Routes))
 	fmt.Fprintf(stdout, "sluice gateway listening on http://%s\n", ln.Addr())
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	if *cfgPath != "" {
-		config.Watch(watchCtx, *cfgPath, *watchEvery, func() { reload("file changed") })
-	}
 
 	for {
 		select {
