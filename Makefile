@@ -39,7 +39,7 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 generate:
-	$(GO) generate ./policydefs/...
+	$(GO) generate ./policydefs/... ./platform/api/...
 
 clean:
 	rm -rf bin

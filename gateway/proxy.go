@@ -236,7 +236,7 @@ func (x *exchange) serve() {
 // identify runs every policies.Identifier of the route's chain on call, in
 // chain order, and returns the first failure with its policy named.
 func (x *exchange) identify(call *policies.Call) *gwerror.Error {
-	entries := x.rt.chain.Entries()
+	entries := x.rt.chain.EntriesFor(call)
 	for i := range entries {
 		id, ok := entries[i].Policy.(policies.Identifier)
 		if !ok {

@@ -8,6 +8,7 @@ import (
 
 	"sluice/gwerror"
 	"sluice/llmapi"
+	"sluice/policies"
 	"sluice/policies/ratelimit"
 )
 
@@ -57,11 +58,16 @@ func (x *exchange) quota(rest string) {
 		return
 	}
 	call := x.newCall(rest, nil)
+	// ?resource=/chat/completions reports the counters of that resource's
+	// entries (resource-attached and per-resource limits).
+	if res := r.URL.Query().Get("resource"); policies.KnownResource(res) {
+		call.Request.Path = "/v1" + res
+	}
 	if gerr := x.identify(call); gerr != nil {
 		x.fail(gerr)
 		return
 	}
-	entries := rt.chain.Entries()
+	entries := rt.chain.EntriesFor(call)
 	rep := quotaReport{Route: rt.name, Limits: []quotaLimit{}}
 	if app := call.Shared.ApplicationID(); app != "" {
 		rep.ApplicationID = &app

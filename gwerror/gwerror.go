@@ -32,22 +32,25 @@ const (
 
 // Codes (the envelope's "code" field and the X-Sluice-Error-Code header).
 const (
-	CodeInvalidJSON         = "invalid_json"
-	CodeInvalidRequest      = "invalid_request"
-	CodeBodyTooLarge        = "request_too_large"
-	CodeRequestTimeout      = "request_timeout"
-	CodeUnsupportedMedia    = "unsupported_media_type"
-	CodeMissingModel        = "missing_model"
-	CodeInvalidAPIKey       = "invalid_api_key"
-	CodeModelNotAllowed     = "model_not_allowed"
-	CodeModelNotPriced      = "model_not_priced"
-	CodeRateLimitExceeded   = "rate_limit_exceeded"
-	CodeBudgetExceeded      = "budget_exceeded"
-	CodeStoreUnavailable    = "ratelimit_store_unavailable"
-	CodeRouteNotFound       = "route_not_found"
-	CodeInternal            = "internal_error"
-	CodeUpstreamUnavailable = "upstream_unavailable"
-	CodeUpstreamTimeout     = "upstream_timeout"
+	CodeInvalidJSON      = "invalid_json"
+	CodeInvalidRequest   = "invalid_request"
+	CodeBodyTooLarge     = "request_too_large"
+	CodeRequestTimeout   = "request_timeout"
+	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeMissingModel     = "missing_model"
+	CodeInvalidAPIKey    = "invalid_api_key"
+	CodeModelNotAllowed  = "model_not_allowed"
+	CodeModelNotPriced   = "model_not_priced"
+	// CodeApplicationNotAllowed: a valid key of an application the route
+	// does not admit (api-key-auth applications).
+	CodeApplicationNotAllowed = "application_not_allowed"
+	CodeRateLimitExceeded     = "rate_limit_exceeded"
+	CodeBudgetExceeded        = "budget_exceeded"
+	CodeStoreUnavailable      = "ratelimit_store_unavailable"
+	CodeRouteNotFound         = "route_not_found"
+	CodeInternal              = "internal_error"
+	CodeUpstreamUnavailable   = "upstream_unavailable"
+	CodeUpstreamTimeout       = "upstream_timeout"
 )
 
 // Header names of the error contract.

@@ -18,6 +18,8 @@ type EntrySpec struct {
 	Name    string
 	Version string
 	Params  map[string]any
+	// Resources, when not nil, attaches the entry to some resources only.
+	Resources *ResourceFilter
 }
 
 // EntryError is a problem with one chain entry. Field is "name", "version",
@@ -45,6 +47,8 @@ type Entry struct {
 	Policy Policy
 	Route  RouteInfo
 	Params any
+	// Resources is the entry's attachment (nil: every resource).
+	Resources *ResourceFilter
 
 	resp  ResponseHandler
 	strm  StreamHandler
@@ -55,10 +59,65 @@ type Entry struct {
 type Chain struct {
 	entries []Entry
 	logger  *slog.Logger
+	// all lists every entry index; views, nil when no entry has a resource
+	// filter, lists per known resource the indexes of the entries attached
+	// to it. A run walks one of them.
+	all   []int
+	views map[string][]int
 }
 
 // Entries returns the chain's members in list order (read-only).
 func (c *Chain) Entries() []Entry { return c.entries }
+
+// EntriesFor returns, in list order, the members that run for call: those
+// attached to its resource (every member when no entry has a filter).
+func (c *Chain) EntriesFor(call *Call) []*Entry {
+	idx := c.active(call)
+	out := make([]*Entry, len(idx))
+	for k, i := range idx {
+		out[k] = &c.entries[i]
+	}
+	return out
+}
+
+// active returns the indexes of the entries that run for call.
+func (c *Chain) active(call *Call) []int {
+	if c.views == nil {
+		return c.all
+	}
+	res := CallResource(call)
+	if v, ok := c.views[res]; ok {
+		return v
+	}
+	return c.attached(res)
+}
+
+func (c *Chain) attached(res string) []int {
+	var out []int
+	for i := range c.entries {
+		if c.entries[i].Resources.Matches(res) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// index precomputes all and views once the entries are built.
+func (c *Chain) index() {
+	c.all = make([]int, len(c.entries))
+	filtered := false
+	for i := range c.entries {
+		c.all[i] = i
+		filtered = filtered || c.entries[i].Resources != nil
+	}
+	if !filtered {
+		return
+	}
+	c.views = make(map[string][]int, len(Resources))
+	for _, r := range Resources {
+		c.views[r] = c.attached(r)
+	}
+}
 
 // Len is the number of policies in the chain.
 func (c *Chain) Len() int { return len(c.entries) }
@@ -118,7 +177,7 @@ func (r *Registry) BuildChain(route RouteInfo, specs []EntrySpec, svc *Services,
 			}
 			return nil, &EntryError{Index: i, Message: fmt.Sprintf("%s: %v", d.ID(), err)}
 		}
-		e := Entry{Def: d, Policy: p, Route: ri, Params: params}
+		e := Entry{Def: d, Policy: p, Route: ri, Params: params, Resources: s.Resources}
 		e.resp, _ = p.(ResponseHandler)
 		e.strm, _ = p.(StreamHandler)
 		e.final, _ = p.(Finalizer)
@@ -136,6 +195,7 @@ func (r *Registry) BuildChain(route RouteInfo, specs []EntrySpec, svc *Services,
 			return nil, &EntryError{Index: i, Message: fmt.Sprintf("%s: %v", ch.entries[i].Def.ID(), err)}
 		}
 	}
+	ch.index()
 	return ch, nil
 }
 
@@ -193,7 +253,9 @@ func checkMetadata(entries []Entry, provided []MetaKey) error {
 					if w.Key != rd.Key {
 						continue
 					}
-					if execSeq(w.Phase, j, n) < need {
+					// A writer attached to fewer resources than the reader
+					// leaves the reader without the key on the others.
+					if execSeq(w.Phase, j, n) < need && entries[j].Resources.covers(e.Resources) {
 						ok = true
 					} else if j != i && laterWriter == nil {
 						laterWriter = &entries[j]
@@ -225,7 +287,11 @@ func checkMetadata(entries []Entry, provided []MetaKey) error {
 type Run struct {
 	chain *Chain
 	call  *Call
-	// ran is the number of policies whose request phase was invoked.
+	// active are the indexes of the entries that run for this request (the
+	// ones attached to its resource), in list order.
+	active []int
+	// ran is the number of active policies whose request phase was invoked:
+	// active[:ran] get the later phases.
 	ran        int
 	rejectedBy int
 	upstream   bool
@@ -235,7 +301,7 @@ type Run struct {
 
 // Start begins a run of c for call.
 func (c *Chain) Start(call *Call) *Run {
-	return &Run{chain: c, call: call, rejectedBy: -1}
+	return &Run{chain: c, call: call, rejectedBy: -1, active: c.active(call)}
 }
 
 // Call returns the run's call.
@@ -253,9 +319,9 @@ func (r *Run) recovered(where string, e *Entry, v any) *gwerror.Error {
 // run is finished at once: every policy whose request phase ran gets its final
 // call with Rejected (or Failed), and the error is returned for rendering.
 func (r *Run) Request() (gerr *gwerror.Error) {
-	for i := range r.chain.entries {
+	for k, i := range r.active {
 		e := &r.chain.entries[i]
-		r.ran = i + 1
+		r.ran = k + 1
 		gerr = r.requestOne(e)
 		if gerr != nil {
 			if r.failed {
@@ -294,8 +360,8 @@ func (r *Run) Failed() bool { return r.failed }
 // Response runs the response phase in reverse list order. The first error
 // (a policy's or a recovered panic) stops the phase and is returned.
 func (r *Run) Response(resp *Response) *gwerror.Error {
-	for i := r.ran - 1; i >= 0; i-- {
-		e := &r.chain.entries[i]
+	for k := r.ran - 1; k >= 0; k-- {
+		e := &r.chain.entries[r.active[k]]
 		if e.resp == nil {
 			continue
 		}
@@ -321,8 +387,8 @@ func (r *Run) responseOne(e *Entry, resp *Response) (gerr *gwerror.Error) {
 // StreamEvent runs the stream phase for one event in reverse list order. A
 // non-nil result means a policy panicked and the stream must be aborted.
 func (r *Run) StreamEvent(ev *sse.Event) *gwerror.Error {
-	for i := r.ran - 1; i >= 0; i-- {
-		e := &r.chain.entries[i]
+	for k := r.ran - 1; k >= 0; k-- {
+		e := &r.chain.entries[r.active[k]]
 		if e.strm == nil {
 			continue
 		}
@@ -360,8 +426,8 @@ func (r *Run) Finish(o Outcome) bool {
 	} else {
 		o.RejectedBy = r.rejectedBy
 	}
-	for i := r.ran - 1; i >= 0; i-- {
-		e := &r.chain.entries[i]
+	for k := r.ran - 1; k >= 0; k-- {
+		e := &r.chain.entries[r.active[k]]
 		if e.final == nil {
 			continue
 		}

@@ -38,6 +38,7 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	pricingFile := fs.String("pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
 	watchEvery := fs.Duration("watch-interval", 2*time.Second, "how often to check the config file for changes")
+	pf := platformFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -53,6 +54,9 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if pf.url != "" {
+		return pf.run(ctx, *cfgPath, *listen, *pricingFile, logger, stdout, stderr)
+	}
 
 	var load func() (*config.Deployment, error)
 	if *cfgPath != "" {

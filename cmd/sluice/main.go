@@ -16,13 +16,13 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"gateway", "run the data plane: sluice gateway --config FILE [--listen ADDR]", cmdGateway},
+		{"gateway", "run the data plane: sluice gateway --config FILE | --platform URL --token T [--listen ADDR]", cmdGateway},
 		{"validate", "check a deployment file: sluice validate FILE", cmdValidate},
 		{"mock-llm", "run the OpenAI/Anthropic upstream simulator: sluice mock-llm [--listen ADDR]", cmdMockLLM},
 		{"keys", "API key tools: sluice keys hash KEY | sluice keys new", cmdKeys},
 		{"policies", "list policy definitions: sluice policies [schema NAME]", cmdPolicies},
-		{"serve", "run the platform and a gateway in one process", cmdServe},
-		{"platform", "run the control plane alone", cmdPlatform},
+		{"serve", "run the platform and a gateway in one process: sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR]", cmdServe},
+		{"platform", "run the control plane: sluice platform [--admin-listen ADDR] [--data DIR | --database URL]", cmdPlatform},
 	}
 }
 

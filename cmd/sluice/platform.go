@@ -1,11 +1,117 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"sluice/platform"
+	"sluice/policies/builtin"
 )
 
+// platformOptions are the flags `sluice platform` and `sluice serve` share.
+type platformOptions struct {
+	adminListen, data, database, logFormat, logLevel *string
+}
+
+func addPlatformFlags(fs *flag.FlagSet, database bool) platformOptions {
+	o := platformOptions{
+		adminListen: fs.String("admin-listen", "127.0.0.1:8081", "address of the platform API (/api/v1)"),
+		data:        fs.String("data", platform.DefaultDataDir, "data directory: the SQLite database and the secret key file"),
+		logFormat:   fs.String("log-format", "text", "log format: text or json"),
+		logLevel:    fs.String("log-level", "info", "log level: debug, info, warn or error"),
+	}
+	empty := ""
+	o.database = &empty
+	if database {
+		o.database = fs.String("database", "", "a PostgreSQL URL (postgres://...) instead of SQLite in --data")
+	}
+	return o
+}
+
+// openPlatform opens the platform of o, writing the one-time admin token
+// message to stdout.
+func (o platformOptions) open(ctx context.Context, logger *slog.Logger, stdout io.Writer) (*platform.Platform, error) {
+	if *o.database != "" && os.Getenv("SLUICE_SECRET_KEY") == "" {
+		logger.Warn("PostgreSQL without SLUICE_SECRET_KEY: upstream keys are sealed with the key file in the data directory; every platform replica needs the same key", "data", *o.data)
+	}
+	return platform.Open(ctx, platform.Options{
+		DataDir: *o.data, DatabaseURL: *o.database,
+		AdminToken: os.Getenv("SLUICE_ADMIN_TOKEN"), SecretKey: os.Getenv("SLUICE_SECRET_KEY"),
+		Announce: stdout, Registry: builtin.Registry(), Logger: logger,
+	})
+}
+
+// servePlatform serves p's API on ln until ctx is done. Request contexts
+// end with ctx, so waiting long polls answer at once on shutdown.
+func servePlatform(ctx context.Context, p *platform.Platform, ln net.Listener, logger *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           p.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
 func cmdPlatform(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sluice: not implemented yet")
-	return 1
+	fs := flag.NewFlagSet("platform", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := addPlatformFlags(fs, true)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice platform: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice platform: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p, err := o.open(ctx, logger, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice platform: %v\n", err)
+		return 1
+	}
+	defer p.Close()
+	ln, err := net.Listen("tcp", *o.adminListen)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice platform: %v\n", err)
+		return 1
+	}
+	logger.Info("platform listening", "addr", ln.Addr().String(), "api", "/api/v1")
+	fmt.Fprintf(stdout, "sluice platform listening on http://%s\n", ln.Addr())
+	if err := servePlatform(ctx, p, ln, logger); err != nil {
+		logger.Error("platform stopped", "error", err)
+		return 1
+	}
+	logger.Info("platform stopped")
+	return 0
 }

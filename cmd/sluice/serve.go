@@ -1,11 +1,97 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"sluice/gateway/pull"
+	"sluice/platform"
+	"sluice/platform/delivery"
 )
 
+// localGatewayID names the in-process gateway of `sluice serve` in the API.
+const localGatewayID = "local"
+
+// cmdServe runs the platform and one gateway in one process. The gateway is
+// fed by the platform directly (no HTTP hop), with the same versions and
+// check-ins as a gateway that pulls; it serves each provider under
+// /<provider name>/.
 func cmdServe(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sluice: not implemented yet")
-	return 1
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
+	pricingFile := fs.String("pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
+	o := addPlatformFlags(fs, false)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p, err := o.open(ctx, logger, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	defer p.Close()
+	if err := p.RegisterLocalGateway(ctx, localGatewayID, "in-process gateway (sluice serve)"); err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", *o.adminListen)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "sluice platform listening on http://%s\n", ln.Addr())
+	var wg sync.WaitGroup
+	platformCtx, stopPlatform := context.WithCancel(context.Background())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := servePlatform(platformCtx, p, ln, logger); err != nil {
+			logger.Error("platform API stopped", "error", err)
+			stop()
+		}
+	}()
+	// The gateway drains first, then the platform stops.
+	code := pulledGateway{listen: *listen, pricingFile: *pricingFile, logger: logger, stdout: stdout,
+		startTimeout: 10 * time.Second, feed: localFeed{p: p, id: localGatewayID}}.run(ctx, stderr)
+	stopPlatform()
+	wg.Wait()
+	return code
+}
+
+// localFeed feeds the in-process gateway from the platform.
+type localFeed struct {
+	p  *platform.Platform
+	id string
+}
+
+func (f localFeed) Next(ctx context.Context, after int64, wait time.Duration) (*pull.Update, error) {
+	doc, err := f.p.Deployment(ctx, after, wait)
+	if doc == nil {
+		return nil, err
+	}
+	return &pull.Update{Version: doc.Version, Document: doc.Text}, nil
+}
+
+func (f localFeed) Report(ctx context.Context, s pull.Status) error {
+	return f.p.Report(ctx, f.id, delivery.Status{Version: s.Version, Result: s.Result, Error: s.Error, KeysLastUsed: s.KeysLastUsed})
 }

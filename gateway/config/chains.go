@@ -39,7 +39,7 @@ func BuildChains(d *Deployment, reg *policies.Registry, svc *policies.Services) 
 	for i, r := range d.Routes {
 		specs := make([]policies.EntrySpec, len(r.Policies))
 		for j, p := range r.Policies {
-			specs[j] = policies.EntrySpec{Name: p.Name, Version: p.Version, Params: p.Params}
+			specs[j] = policies.EntrySpec{Name: p.Name, Version: p.Version, Params: p.Params, Resources: resourceFilter(p.Resources)}
 		}
 		info := policies.RouteInfo{
 			RouteName: r.Name, APIName: r.Name,

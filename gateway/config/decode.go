@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/token"
@@ -425,6 +426,7 @@ func resolvePlain(t string) scalar {
 var (
 	durationType      = reflect.TypeFor[Duration]()
 	paramDurationType = reflect.TypeFor[policies.Duration]()
+	timeType          = reflect.TypeFor[time.Time]()
 )
 
 // decodeValue decodes n into v; the caller has recorded path's place.
@@ -456,6 +458,18 @@ func (d *decoder) decodeValue(n ast.Node, v reflect.Value, path string) {
 		default:
 			d.fail(path, at, "expected a duration like \"30s\", \"1h\" or \"1d\", got %s", describe(n))
 		}
+		return
+	}
+	if t == timeType {
+		s, ok := d.scalar(n, path)
+		if ok && s.kind == kString {
+			tm, err := time.Parse(time.RFC3339, s.text)
+			if err == nil {
+				v.Set(reflect.ValueOf(tm.UTC()))
+				return
+			}
+		}
+		d.fail(path, at, "expected an RFC 3339 time like \"2030-01-31T00:00:00Z\", got %s", describe(n))
 		return
 	}
 	switch t.Kind() {

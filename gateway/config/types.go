@@ -89,6 +89,20 @@ type Application struct {
 	ID      string   `yaml:"id"`
 	Name    string   `yaml:"name"`
 	APIKeys []string `yaml:"apiKeys"`
+	// Keys are keys with an identity and an optional expiry (the platform
+	// issues these); both lists may be used together.
+	Keys []APIKey `yaml:"keys"`
+}
+
+// APIKey is one key of an application, by its hash.
+type APIKey struct {
+	// ID names the key in usage reports and logs (not secret).
+	ID string `yaml:"id"`
+	// Hash is "sha256:" and 64 lowercase hex digits.
+	Hash string `yaml:"hash"`
+	// ExpiresAt, when set, is the instant (RFC 3339) from which the key is
+	// refused with 401, checked at request time.
+	ExpiresAt *time.Time `yaml:"expiresAt"`
 }
 
 // Route binds a path prefix to a provider and a policy chain.
@@ -104,6 +118,18 @@ type PolicyEntry struct {
 	Name    string         `yaml:"name"`
 	Version string         `yaml:"version"`
 	Params  map[string]any `yaml:"params"`
+	// Resources, when set, attaches the entry to some of the route's
+	// resources only; the chain runner skips it for the others.
+	Resources *Resources `yaml:"resources"`
+}
+
+// Resources selects the resources (endpoint paths without the /v1 prefix:
+// "/chat/completions", "/completions", "/embeddings", "/responses",
+// "/messages") an entry applies to: Include lists them, or Exclude lists the
+// ones it does not apply to. Exactly one of the two is set.
+type Resources struct {
+	Include []string `yaml:"include"`
+	Exclude []string `yaml:"exclude"`
 }
 
 // Duration is a YAML duration string ("30s", "1h", "1d").

@@ -214,6 +214,7 @@ func validateApplications(d *Deployment, add func(*Error)) {
 			}
 			keyOwner[k] = owner
 		}
+		validateKeyObjects(d, base, a, keyOwner, add)
 	}
 }
 
@@ -253,6 +254,7 @@ func validateRoutes(d *Deployment, providerTypes map[string]string, add func(*Er
 			if p.Name == "" {
 				add(d.errorAt(fmt.Sprintf("%s.policies[%d].name", base, j), true, "required"))
 			}
+			validateResources(d, fmt.Sprintf("%s.policies[%d].resources", base, j), p.Resources, add)
 		}
 	}
 }

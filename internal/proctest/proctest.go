@@ -87,6 +87,7 @@ type Proc struct {
 	// URL is http://ADDR as the child printed it.
 	URL    string
 	cmd    *exec.Cmd
+	stdout *Buffer
 	stderr *Buffer
 	done   chan struct{} // closed when the process has exited
 	err    error         // Wait's result, valid once done is closed
@@ -103,7 +104,7 @@ func Start(t testing.TB, bin string, s Spec) *Proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proc{Name: s.Name, cmd: cmd, stderr: &Buffer{}, done: make(chan struct{})}
+	p := &Proc{Name: s.Name, cmd: cmd, stdout: &Buffer{}, stderr: &Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: start: %v", s.Name, err)
@@ -112,12 +113,13 @@ func Start(t testing.TB, bin string, s Spec) *Proc {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			p.stdout.Write([]byte(sc.Text() + "\n"))
 			if _, a, ok := strings.Cut(sc.Text(), " listening on "); ok {
 				addr <- strings.TrimSpace(a)
 				break
 			}
 		}
-		_, _ = io.Copy(io.Discard, stdout)
+		_, _ = io.Copy(p.stdout, stdout)
 		// Wait only after stdout is drained (os/exec's rule for StdoutPipe).
 		p.err = cmd.Wait()
 		close(p.done)
@@ -192,6 +194,10 @@ func (p *Proc) Err() error {
 	}
 	return p.err
 }
+
+// Stdout is everything the process has written to stdout so far (its
+// first address line included).
+func (p *Proc) Stdout() string { return p.stdout.String() }
 
 // Stderr is everything the process has written to stderr so far.
 func (p *Proc) Stderr() string { return p.stderr.String() }

@@ -46,6 +46,10 @@ type Params struct {
 	// A query parameter that carries the key when no header does (unset: keys
 	// in the query are not accepted).
 	QueryParam string `json:"queryParam,omitempty"`
+	// The application ids allowed on this route: a valid key of any other
+	// application is answered 403 application_not_allowed. Unset: every
+	// application; [] : none.
+	Applications *[]string `json:"applications,omitempty" jsonschema:"uniqueItems=true"`
 }
 
 // Validate checks header names (policies.DecodeParams calls it).
@@ -87,6 +91,8 @@ type policy struct {
 	bareScheme string
 	queryParam string
 	missingMsg string
+	// allowed is nil when every application may use the route.
+	allowed map[string]bool
 }
 
 func build(p *Params, _ policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
@@ -115,6 +121,12 @@ func build(p *Params, _ policies.RouteInfo, svc *policies.Services) (policies.Po
 		}
 	}
 	pol.missingMsg = missingMessage(pol.headers, prefix, p.QueryParam)
+	if p.Applications != nil {
+		pol.allowed = make(map[string]bool, len(*p.Applications))
+		for _, id := range *p.Applications {
+			pol.allowed[id] = true
+		}
+	}
 	return pol, nil
 }
 
@@ -147,8 +159,9 @@ func (p *policy) OnRequest(c *policies.Call) *gwerror.Error {
 	return gerr
 }
 
-// Identify looks the key up and, on success, writes the application id into
-// Metadata and the AuthContext (policies.Identifier). It leaves the request
+// Identify looks the key up, checks that its application may use the route
+// and, on success, writes the application id into Metadata and the
+// AuthContext (policies.Identifier). It leaves the request
 // untouched. The key is looked up by its SHA-256 digest, so the index never
 // compares secret bytes: the lookup's timing depends on the digest, which
 // reveals nothing usable about any stored key.
@@ -163,6 +176,10 @@ func (p *policy) Identify(c *policies.Call) *gwerror.Error {
 	cred, ok := p.keys.Lookup(sha256.Sum256([]byte(key)))
 	if !ok {
 		return unauthorized("invalid API key")
+	}
+	if p.allowed != nil && !p.allowed[cred.ApplicationID] {
+		return gwerror.New(http.StatusForbidden, gwerror.TypePermission, gwerror.CodeApplicationNotAllowed,
+			"this application may not use this route")
 	}
 	sh := c.Shared
 	sh.Metadata[sharedctx.KeyApplicationID] = cred.ApplicationID

@@ -23,6 +23,11 @@ type Params struct {
 	// ConsumerBased keeps one counter per application (route:appid; route:default
 	// without an application id) instead of one shared by the route.
 	ConsumerBased bool `json:"consumerBased,omitempty"`
+	// ResourceBased keeps one counter per resource (the endpoint, e.g.
+	// /chat/completions: scope route/chat/completions, or
+	// route/chat/completions:appid with consumerBased) instead of one across
+	// the route's resources.
+	ResourceBased bool `json:"resourceBased,omitempty"`
 	// Algorithm: token-bucket, fixed-window or calendar. Default: token bucket
 	// for durations under 1 day, a UTC-aligned fixed window for longer ones.
 	Algorithm string `json:"algorithm,omitempty" jsonschema:"enum=token-bucket,enum=fixed-window,enum=calendar"`
@@ -88,7 +93,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	if err != nil {
 		return nil, err
 	}
-	return &Policy{eng: eng, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased)}, nil
+	return &Policy{eng: eng, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased).PerResource(p.ResourceBased)}, nil
 }
 
 // Engine exposes the instance's engine.
@@ -96,7 +101,7 @@ func (p *Policy) Engine() *ratelimit.Engine { return p.eng }
 
 // OnRequest counts the request.
 func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
-	a := ratelimit.Admission{Scope: p.scoper.Scope(p.eng, p.scoper.ID(c)), Counters: p.eng.AllCounters()}
+	a := ratelimit.Admission{Scope: p.scoper.ScopeOf(p.eng, c, p.scoper.ID(c)), Counters: p.eng.AllCounters()}
 	a.Amounts[0] = 1
 	_, gerr := p.eng.Reserve(c, &a)
 	return gerr
@@ -114,5 +119,5 @@ func (p *Policy) Actual(_ *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 
 // Quota reports the caller's counters.
 func (p *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
-	return p.eng.Quota(c.Ctx, p.scoper.Scope(p.eng, p.scoper.ID(c)), p.eng.AllCounters())
+	return p.eng.Quota(c.Ctx, p.scoper.ScopeOf(p.eng, c, p.scoper.ID(c)), p.eng.AllCounters())
 }

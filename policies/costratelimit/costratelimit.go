@@ -35,6 +35,11 @@ type Params struct {
 	// ConsumerBased keeps one budget per application (route:appid; route:default
 	// without an application id) instead of one shared by the route.
 	ConsumerBased bool `json:"consumerBased,omitempty"`
+	// ResourceBased keeps one counter per resource (the endpoint, e.g.
+	// /chat/completions: scope route/chat/completions, or
+	// route/chat/completions:appid with consumerBased) instead of one across
+	// the route's resources.
+	ResourceBased bool `json:"resourceBased,omitempty"`
 	// Algorithm: calendar (default: "30d"/720h is the UTC calendar month, other
 	// durations are UTC-aligned fixed windows), fixed-window or token-bucket.
 	Algorithm string `json:"algorithm,omitempty" jsonschema:"enum=token-bucket,enum=fixed-window,enum=calendar"`
@@ -182,7 +187,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	if err != nil {
 		return nil, err
 	}
-	pol := &Policy{svc: svc, route: route.RouteName, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased),
+	pol := &Policy{svc: svc, route: route.RouteName, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased).PerResource(p.ResourceBased),
 		overrideOf: map[string]int{}, groups: [][]int{base}, reserveOut: p.ReserveOutput != "none"}
 	for i, o := range p.Overrides {
 		idx, err := add(o.BudgetLimits)
@@ -243,7 +248,7 @@ func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 		return ratelimit.ModelNotPriced(Name, p.route, ratelimit.RequestModel(c))
 	}
 	id := p.scoper.ID(c)
-	a := ratelimit.Admission{Scope: p.scoper.Scope(p.eng, id), Counters: p.sel(id)}
+	a := ratelimit.Admission{Scope: p.scoper.ScopeOf(p.eng, c, id), Counters: p.sel(id)}
 	a.Amounts[0] = est
 	_, gerr := p.eng.Reserve(c, &a)
 	return gerr
@@ -274,5 +279,5 @@ func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 // Quota reports the caller's budgets.
 func (p *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
 	id := p.scoper.ID(c)
-	return p.eng.Quota(c.Ctx, p.scoper.Scope(p.eng, id), p.sel(id))
+	return p.eng.Quota(c.Ctx, p.scoper.ScopeOf(p.eng, c, id), p.sel(id))
 }

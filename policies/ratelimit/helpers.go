@@ -41,6 +41,8 @@ func PromptTokens(c *policies.Call, tok *tokencount.Counter) int64 {
 type Scoper struct {
 	Route    string
 	Consumer bool
+	// Resource: one scope per resource as well (PerResource).
+	Resource bool
 	name     func(id string) string
 }
 
@@ -77,6 +79,34 @@ func (s *Scoper) ID(c *policies.Call) string {
 
 // Scope returns e's cached scope for the request.
 func (s *Scoper) Scope(e *Engine, id string) *Scope { return e.Scope(id, s.name) }
+
+// PerResource makes s keep one scope per resource when on: the route name
+// followed by the request's resource ("openai/chat/completions", and
+// ":appid" for a consumer limit). Route names hold no "/", so these never
+// equal a route's scope. It returns s.
+func (s *Scoper) PerResource(on bool) *Scoper {
+	s.Resource = on
+	return s
+}
+
+// ScopeOf returns e's scope for c, whose ID is id: Scope, or with
+// PerResource the scope of c's resource as well.
+func (s *Scoper) ScopeOf(e *Engine, c *policies.Call, id string) *Scope {
+	if !s.Resource {
+		return e.Scope(id, s.name)
+	}
+	// The resource is one of a handful of endpoint names; the application
+	// id holds no "|" (config.Validate).
+	return e.Scope(policies.CallResource(c)+"|"+id, s.resourceName)
+}
+
+func (s *Scoper) resourceName(key string) string {
+	res, app, _ := strings.Cut(key, "|")
+	if s.Consumer {
+		return s.Route + res + ":" + app
+	}
+	return s.Route + res
+}
 
 // ModelMatcher picks at most one model rule for a model name: an exact match
 // wins over a prefix match ("gpt-4*"), and the longest prefix wins among

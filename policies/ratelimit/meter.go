@@ -62,9 +62,10 @@ const MonthPeriod = 30 * 24 * time.Hour
 //   - "" (the default): token bucket for durations under 1 day, a fixed window
 //     aligned to the Unix epoch (hence to 00:00 UTC for whole days) otherwise.
 //   - token-bucket: refills continuously at max per duration.
-//   - fixed-window: windows of the duration aligned to the Unix epoch.
+//   - fixed-window: windows of the duration aligned to the Unix epoch;
+//     whole weeks start on Monday 00:00 UTC.
 //   - calendar: 720h ("30d") is the UTC calendar month; any other duration is
-//     a fixed window aligned to the epoch (a multiple of 1d is a run of UTC days).
+//     a fixed window as above ("1d" is the UTC day, "7d" the UTC ISO week).
 func LimitFor(alg string, d time.Duration, max int64) (store.Limit, error) {
 	switch alg {
 	case "":

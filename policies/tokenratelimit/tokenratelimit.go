@@ -37,6 +37,11 @@ type Params struct {
 	// ConsumerBased keeps one counter per application (route:appid; route:default
 	// without an application id) instead of one shared by the route.
 	ConsumerBased bool `json:"consumerBased,omitempty"`
+	// ResourceBased keeps one counter per resource (the endpoint, e.g.
+	// /chat/completions: scope route/chat/completions, or
+	// route/chat/completions:appid with consumerBased) instead of one across
+	// the route's resources.
+	ResourceBased bool `json:"resourceBased,omitempty"`
 	// Algorithm: token-bucket, fixed-window or calendar. Default: token bucket
 	// for durations under 1 day, a UTC-aligned fixed window for longer ones.
 	Algorithm string `json:"algorithm,omitempty" jsonschema:"enum=token-bucket,enum=fixed-window,enum=calendar"`
@@ -235,7 +240,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 		return nil, err
 	}
 	pol := &Policy{
-		eng: eng, svc: svc, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased),
+		eng: eng, svc: svc, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased).PerResource(p.ResourceBased),
 		rules: rules, overrideOf: overrideOf,
 		reserveOut: p.ReserveOutput == "maxTokens", maxOut: p.MaxOutputTokens,
 	}
@@ -267,7 +272,7 @@ func (p *Policy) group(id string) int {
 func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	id := p.scoper.ID(c)
 	a := ratelimit.Admission{
-		Scope:    p.scoper.Scope(p.eng, id),
+		Scope:    p.scoper.ScopeOf(p.eng, c, id),
 		Counters: p.sel[p.group(id)][p.rules.Match(ratelimit.RequestModel(c))+1],
 	}
 	prompt := ratelimit.PromptTokens(c, p.svc.Tokens)
@@ -323,5 +328,5 @@ func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 // Quota reports the caller's counters (its limit group and every model rule).
 func (p *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
 	id := p.scoper.ID(c)
-	return p.eng.Quota(c.Ctx, p.scoper.Scope(p.eng, id), p.quotaSel[p.group(id)])
+	return p.eng.Quota(c.Ctx, p.scoper.ScopeOf(p.eng, c, id), p.quotaSel[p.group(id)])
 }

@@ -58,7 +58,8 @@ func FromMicros(us int64) time.Duration { return time.Duration(us) * time.Micros
 
 // WindowStart returns the window containing now for a windowed algorithm:
 // FixedWindow windows of length period aligned to the Unix epoch (so whole
-// days start at 00:00 UTC); CalendarMonth from 00:00 UTC on the 1st to the
+// days start at 00:00 UTC), except that whole weeks start on Monday 00:00
+// UTC (a 7-day window is the UTC ISO week); CalendarMonth from 00:00 UTC on the 1st to the
 // 1st of the next month. Both are in UTC. TokenBucket has no window: zero
 // times. Start is truncated to whole seconds, as in Ticket.Window.
 func WindowStart(alg Algorithm, period time.Duration, now time.Time) (start, end time.Time) {
@@ -81,8 +82,26 @@ func WindowBounds(alg Algorithm, period time.Duration, nowUS int64) (startS, end
 		return first.Unix(), next.Unix() * 1_000_000
 	}
 	periodS := int64(period / time.Second)
-	startS = floorDiv(nowS, periodS) * periodS
+	off := windowOffset(periodS)
+	startS = floorDiv(nowS-off, periodS)*periodS + off
 	return startS, (startS + periodS) * 1_000_000
+}
+
+// weekS is one week in seconds; mondayS is 1970-01-05T00:00:00Z, the first
+// Monday after the epoch (a Thursday).
+const (
+	weekS   = 7 * 24 * 3600
+	mondayS = 4 * 24 * 3600
+)
+
+// windowOffset aligns fixed windows of whole weeks to Monday 00:00 UTC, so
+// that a 7-day window is the UTC ISO week; other windows are aligned to the
+// epoch (whole days to 00:00 UTC).
+func windowOffset(periodS int64) int64 {
+	if periodS%weekS == 0 {
+		return mondayS
+	}
+	return 0
 }
 
 func floorDiv(a, b int64) int64 {

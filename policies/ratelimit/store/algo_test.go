@@ -23,6 +23,12 @@ func TestWindowStart(t *testing.T) {
 		{"minute 1µs before end", FixedWindow, time.Minute, utc(2025, 3, 14, 12, 31, 0).Add(-time.Microsecond), utc(2025, 3, 14, 12, 30, 0), utc(2025, 3, 14, 12, 31, 0)},
 		{"day is UTC midnight", FixedWindow, 24 * time.Hour, utc(2025, 3, 14, 23, 59, 59), utc(2025, 3, 14, 0, 0, 0), utc(2025, 3, 15, 0, 0, 0)},
 		{"7s epoch aligned", FixedWindow, 7 * time.Second, time.Unix(100, 0), time.Unix(98, 0), time.Unix(105, 0)},
+		// 2025-03-14 is a Friday; its ISO week runs from Monday 10 to Monday 17.
+		{"week is the UTC ISO week", FixedWindow, 7 * 24 * time.Hour, utc(2025, 3, 14, 12, 0, 0), utc(2025, 3, 10, 0, 0, 0), utc(2025, 3, 17, 0, 0, 0)},
+		{"week starts Monday 00:00", FixedWindow, 7 * 24 * time.Hour, utc(2025, 3, 17, 0, 0, 0), utc(2025, 3, 17, 0, 0, 0), utc(2025, 3, 24, 0, 0, 0)},
+		{"week ends Sunday 23:59:59", FixedWindow, 7 * 24 * time.Hour, utc(2025, 3, 16, 23, 59, 59), utc(2025, 3, 10, 0, 0, 0), utc(2025, 3, 17, 0, 0, 0)},
+		{"two weeks start on a Monday", FixedWindow, 14 * 24 * time.Hour, utc(2025, 3, 14, 12, 0, 0), utc(2025, 3, 3, 0, 0, 0), utc(2025, 3, 17, 0, 0, 0)},
+		{"week before the first Monday", FixedWindow, 7 * 24 * time.Hour, time.Unix(0, 0), utc(1969, 12, 29, 0, 0, 0), utc(1970, 1, 5, 0, 0, 0)},
 		{"month mid", CalendarMonth, 0, utc(2025, 3, 14, 12, 0, 0), utc(2025, 3, 1, 0, 0, 0), utc(2025, 4, 1, 0, 0, 0)},
 		{"Jan 31 last second", CalendarMonth, 0, utc(2025, 1, 31, 23, 59, 59), utc(2025, 1, 1, 0, 0, 0), utc(2025, 2, 1, 0, 0, 0)},
 		{"Feb 1", CalendarMonth, 0, utc(2025, 2, 1, 0, 0, 0), utc(2025, 2, 1, 0, 0, 0), utc(2025, 3, 1, 0, 0, 0)},

@@ -25,7 +25,8 @@ const (
 	// consumed and not yet refilled (at the new Max per Period).
 	TokenBucket Algorithm = iota + 1
 	// FixedWindow counts usage in windows of length Period aligned to the Unix
-	// epoch, hence to UTC midnight for whole days. Debt does not carry over.
+	// epoch, hence to UTC midnight for whole days; windows of whole weeks
+	// start on Monday 00:00 UTC (ISO weeks). Debt does not carry over.
 	FixedWindow
 	// CalendarMonth counts usage per UTC calendar month. Period is ignored.
 	CalendarMonth

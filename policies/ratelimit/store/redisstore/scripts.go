@@ -448,7 +448,10 @@ local function window_of(a, p)
     return mws, mwe
   elseif a == 2 then
     local per_s = p / 1000000
-    local ws = floor(now_s / per_s) * per_s
+    -- whole weeks start on Monday (1970-01-05, 345600 s after the epoch)
+    local off = 0
+    if per_s % 604800 == 0 then off = 345600 end
+    local ws = floor((now_s - off) / per_s) * per_s + off
     return ws, ws + per_s
   end
   return 0, 0

@@ -274,6 +274,7 @@ var cases = []testCase{
 	{"CalendarMonth/JanToFeb", testMonthJanFeb},
 	{"CalendarMonth/DecToJan", testMonthDecJan},
 	{"CalendarMonth/CapacityChanged", testMonthCapacity},
+	{"FixedWindow/WeekStartsMonday", testWeekMonday},
 	{"AllOrNothing", testAllOrNothing},
 	{"PeekDoesNotCharge", testPeek},
 	{"KeysIndependent", testKeysIndependent},
@@ -651,6 +652,26 @@ func testMonthJanFeb(e *env) {
 	// Settling January's ticket in February changes nothing.
 	e.adjust([]store.Debit{debit(k, l, 0)}, &store.Ticket{Window: []int64{jan1}}, -500)
 	e.remaining(e.peek(debit(k, l, 0)), 0, 0, 0)
+}
+
+// A window of whole weeks is the UTC ISO week: Monday 00:00 to Monday 00:00.
+func testWeekMonday(e *env) {
+	l := Window(10, 7*24*time.Hour)
+	k := e.key("week")
+	// Sunday 2025-03-16 23:59:50 UTC: the week began Monday 2025-03-10.
+	e.clk.Set(time.Date(2025, time.March, 16, 23, 59, 50, 0, time.UTC))
+	r := e.reserve(debit(k, l, 10))
+	e.allowed(r)
+	mon := time.Date(2025, time.March, 10, 0, 0, 0, 0, time.UTC).Unix()
+	if r.Ticket.Window[0] != mon {
+		e.Errorf("Ticket.Window = %d, want %d (Monday)", r.Ticket.Window[0], mon)
+	}
+	e.duration("ResetAfter", r.ResetAfter[0], 10*time.Second)
+	e.denied(e.reserve(debit(k, l, 1)), 0, false)
+	e.clk.Set(time.Date(2025, time.March, 17, 0, 0, 0, 0, time.UTC))
+	r = e.reserve(debit(k, l, 10))
+	e.allowed(r)
+	e.duration("ResetAfter", r.ResetAfter[0], 7*24*time.Hour)
 }
 
 func testMonthDecJan(e *env) {

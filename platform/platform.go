@@ -1,0 +1,207 @@
+// Package platform is Sluice's control plane service: it opens the store
+// (SQLite in the data directory, or PostgreSQL), the secrets box and the
+// admin token, and serves the REST API (platform/api) and deployment
+// delivery (platform/delivery) over HTTP. It imports its own subpackages and
+// the policy registry; never the gateway (gateways meet it at the deployment
+// document, fetched over HTTP or, in `sluice serve`, through Platform's
+// methods).
+package platform
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"sluice/platform/api"
+	"sluice/platform/delivery"
+	"sluice/platform/secrets"
+	"sluice/platform/store"
+	"sluice/policies"
+)
+
+// DefaultDataDir is the data directory on a fresh machine.
+const DefaultDataDir = "sluice-data"
+
+// AdminTokenPrefix starts every generated admin token.
+const AdminTokenPrefix = "sluice-admin-"
+
+// Options configure a Platform.
+type Options struct {
+	// DataDir holds the SQLite file and the secret key file (default
+	// DefaultDataDir).
+	DataDir string
+	// DatabaseURL, when set (postgres://...), is used instead of SQLite.
+	DatabaseURL string
+	// AdminToken is SLUICE_ADMIN_TOKEN: the admin token to accept (stored
+	// hashed, replacing the previous one from the environment). Empty: a
+	// token is generated at the first start and written once to Announce.
+	AdminToken string
+	// SecretKey is SLUICE_SECRET_KEY (see platform/secrets).
+	SecretKey string
+	// Announce receives the one-time admin token message (default io.Discard).
+	Announce io.Writer
+	Registry *policies.Registry
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// WatchEvery is how often the store's version is polled for changes made
+	// by other platform replicas (default 1s).
+	WatchEvery time.Duration
+}
+
+// Platform is a running control plane.
+type Platform struct {
+	store store.Store
+	hub   *delivery.Hub
+	api   *api.Server
+	echo  *echo.Echo
+	now   func() time.Time
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+// Open opens the store (applying migrations), the secrets and the admin
+// token, and builds the API.
+func Open(ctx context.Context, o Options) (*Platform, error) {
+	if o.DataDir == "" {
+		o.DataDir = DefaultDataDir
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Announce == nil {
+		o.Announce = io.Discard
+	}
+	if o.WatchEvery <= 0 {
+		o.WatchEvery = time.Second
+	}
+	if o.Registry == nil {
+		return nil, errors.New("platform: Options.Registry is required")
+	}
+	dsn := o.DatabaseURL
+	if dsn == "" {
+		dsn = filepath.Join(o.DataDir, store.SQLiteFile)
+	}
+	st, err := store.Open(ctx, dsn, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	p, err := build(ctx, st, o)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
+	box, err := secrets.Load(o.SecretKey, o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := bootstrapAdmin(ctx, st, o); err != nil {
+		return nil, err
+	}
+	hub, err := delivery.NewHub(ctx, st, box, o.Now, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(api.Options{Store: st, Box: box, Hub: hub, Registry: o.Registry, Logger: o.Logger, Now: o.Now})
+	if err != nil {
+		return nil, err
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	srv.Register(e)
+	wctx, stop := context.WithCancel(context.Background())
+	p := &Platform{store: st, hub: hub, api: srv, echo: e, now: o.Now, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		hub.Watch(wctx, o.WatchEvery)
+	}()
+	return p, nil
+}
+
+// bootstrapAdmin installs the environment's admin token, or generates one
+// when the store has none.
+func bootstrapAdmin(ctx context.Context, st store.Store, o Options) error {
+	return st.Write(ctx, func(tx store.Tx) error {
+		if o.AdminToken != "" {
+			return tx.SetAdminTokenHash(ctx, store.AdminToken{ID: "env", Name: "SLUICE_ADMIN_TOKEN",
+				Hash: api.TokenHash(o.AdminToken), CreatedAt: o.Now()})
+		}
+		n, err := tx.CountAdminTokens(ctx)
+		if err != nil || n > 0 {
+			return err
+		}
+		token := AdminTokenPrefix + randomHex(20)
+		if err := tx.InsertAdminToken(ctx, store.AdminToken{ID: "adm-" + randomHex(6), Name: "generated at first start",
+			Hash: api.TokenHash(token), CreatedAt: o.Now()}); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(o.Announce, "sluice platform: admin token (shown once, stored hashed): %s\n", token)
+		return err
+	})
+}
+
+// Handler serves /healthz and the API under /api/v1.
+func (p *Platform) Handler() http.Handler { return p.echo }
+
+// Close stops the version watch and closes the store.
+func (p *Platform) Close() error {
+	p.stop()
+	<-p.done
+	return p.store.Close()
+}
+
+// Deployment waits up to wait for a deployment newer than after and returns
+// it (nil when none came): the in-process equivalent of GET
+// /api/v1/gateway/deployment.
+func (p *Platform) Deployment(ctx context.Context, after int64, wait time.Duration) (*delivery.Document, error) {
+	if _, ok := p.hub.Wait(ctx, after, wait); !ok {
+		return nil, ctx.Err()
+	}
+	doc, err := p.hub.Current(ctx)
+	if err != nil || doc.Version <= after {
+		return nil, err
+	}
+	return doc, nil
+}
+
+// RegisterLocalGateway records the in-process gateway of `sluice serve`
+// (a gateway without a token) so that its state shows in the API.
+func (p *Platform) RegisterLocalGateway(ctx context.Context, id, name string) error {
+	return p.store.Write(ctx, func(tx store.Tx) error {
+		if _, err := tx.GetGateway(ctx, id); err == nil {
+			return nil
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		return tx.InsertGateway(ctx, store.Gateway{ID: id, Name: name, CreatedAt: p.now()})
+	})
+}
+
+// Report records a check-in of the gateway id.
+func (p *Platform) Report(ctx context.Context, id string, st delivery.Status) error {
+	return p.hub.Report(ctx, id, st)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return hex.EncodeToString(b)
+}
