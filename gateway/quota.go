@@ -58,20 +58,11 @@ func (x *exchange) quota(rest string) {
 		return
 	}
 	call := x.newCall(rest, nil)
-	entries := rt.chain.Entries()
-	for i := range entries {
-		id, ok := entries[i].Policy.(policies.Identifier)
-		if !ok {
-			continue
-		}
-		if gerr := id.Identify(call); gerr != nil {
-			if gerr.Policy == "" {
-				gerr.Policy = entries[i].Def.Name
-			}
-			x.fail(gerr)
-			return
-		}
+	if gerr := identify(rt.chain, call); gerr != nil {
+		x.fail(gerr)
+		return
 	}
+	entries := rt.chain.Entries()
 	rep := quotaReport{Route: rt.name, Limits: []quotaLimit{}}
 	if app := call.Shared.ApplicationID(); app != "" {
 		rep.ApplicationID = &app
@@ -97,6 +88,26 @@ func (x *exchange) quota(rest string) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	x.writeHeader(http.StatusOK)
 	_, _ = x.w.Write(body)
+}
+
+// identify runs every policies.Identifier of ch on call, in chain order, for
+// the requests the gateway answers on the caller's behalf (quota, models).
+// The first error (e.g. 401) is returned, naming its policy.
+func identify(ch *policies.Chain, call *policies.Call) *gwerror.Error {
+	entries := ch.Entries()
+	for i := range entries {
+		id, ok := entries[i].Policy.(policies.Identifier)
+		if !ok {
+			continue
+		}
+		if gerr := id.Identify(call); gerr != nil {
+			if gerr.Policy == "" {
+				gerr.Policy = entries[i].Def.Name
+			}
+			return gerr
+		}
+	}
+	return nil
 }
 
 func toQuotaLimit(l ratelimit.QuotaLine, now time.Time) quotaLimit {

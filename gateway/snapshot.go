@@ -18,6 +18,8 @@ type snapshot struct {
 	routes          []*route
 	maxRequestBytes int64
 	shutdownGrace   time.Duration
+	// metricsToken, when set, is the bearer token /metrics requires.
+	metricsToken string
 }
 
 type route struct {
@@ -25,6 +27,8 @@ type route struct {
 	context  string // normalised: leading "/", no trailing "/"; "" for the root
 	provider *provider
 	chain    *policies.Chain
+	// cors is nil when the route sets no cors.
+	cors *corsPolicy
 }
 
 type provider struct {
@@ -36,6 +40,8 @@ type provider struct {
 	authValue  string
 	timeout    time.Duration
 	retries    int
+	// forward is the set of client headers sent upstream.
+	forward headerSet
 }
 
 func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
@@ -45,6 +51,7 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 	s := &snapshot{
 		maxRequestBytes: d.Server.MaxRequestBytes,
 		shutdownGrace:   time.Duration(d.Server.ShutdownGrace),
+		metricsToken:    d.Server.MetricsToken,
 	}
 	if s.maxRequestBytes <= 0 {
 		s.maxRequestBytes = DefaultMaxRequestBytes
@@ -93,7 +100,7 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 				return nil, err
 			}
 		}
-		s.routes = append(s.routes, &route{name: rc.Name, context: ctx, provider: p, chain: ch})
+		s.routes = append(s.routes, &route{name: rc.Name, context: ctx, provider: p, chain: ch, cors: newCORS(rc.CORS)})
 	}
 	sort.SliceStable(s.routes, func(i, j int) bool { return len(s.routes[i].context) > len(s.routes[j].context) })
 	return s, nil
@@ -125,6 +132,7 @@ func buildProvider(pc *config.Provider) (*provider, error) {
 		timeout: time.Duration(pc.Timeout),
 		retries: DefaultRetries,
 	}
+	p.forward = forwardSet(p.typ, pc.ForwardHeaders)
 	if p.timeout <= 0 {
 		p.timeout = DefaultUpstreamTimeout
 	}
