@@ -26,6 +26,7 @@ import (
 
 	"sluice/gateway"
 	"sluice/gateway/config"
+	"sluice/gwerror"
 	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/mockllm"
@@ -651,4 +652,50 @@ func (e *limitsEnv) quota(ctxPath, app string) map[string]int64 {
 		out["{"+l.Scope+"}:"+l.Policy+":"+l.Dimension+":"+l.Period] = int64(math.Round(f))
 	}
 	return out
+}
+
+// deniedBy is the policy name of an X-Sluice-Policy header, without the
+// scope parameter ("token-based-ratelimit; scope=application" ->
+// "token-based-ratelimit").
+func deniedBy(h http.Header) string {
+	name, _, _ := strings.Cut(h.Get(gwerror.HeaderPolicy), ";")
+	return strings.TrimSpace(name)
+}
+
+// deniedScope is the scope parameter of an X-Sluice-Policy header ("" when
+// absent).
+func deniedScope(h http.Header) string {
+	_, params, _ := strings.Cut(h.Get(gwerror.HeaderPolicy), ";")
+	v, _ := strings.CutPrefix(strings.TrimSpace(params), "scope=")
+	return v
+}
+
+// sumMetric sums the series of family name on reg whose labels include want
+// (counters and gauges).
+func sumMetric(t testing.TB, reg prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }

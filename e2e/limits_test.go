@@ -189,7 +189,7 @@ func (e *limitsEnv) step(label, ctxPath, app string, req chatReq, prompt int64, 
 		if got := a.header.Get(gwerror.HeaderErrorCode); got != code {
 			e.t.Fatalf("%s: %s = %q, want %q", label, gwerror.HeaderErrorCode, got, code)
 		}
-		if got := a.header.Get(gwerror.HeaderPolicy); got != den.policy {
+		if got := deniedBy(a.header); got != den.policy {
 			e.t.Fatalf("%s: %s = %q, want %q", label, gwerror.HeaderPolicy, got, den.policy)
 		}
 		if got, want := a.header.Get("Retry-After"), e.retryAfterWindow(den.limit); got != want {
@@ -732,7 +732,7 @@ func TestDenialEnvelope(t *testing.T) {
 			if got := resp.Header.Get(gwerror.HeaderErrorCode); got != tc.code {
 				t.Fatalf("%s %q", gwerror.HeaderErrorCode, got)
 			}
-			if got := resp.Header.Get(gwerror.HeaderPolicy); got != tc.policy {
+			if got := deniedBy(resp.Header); got != tc.policy {
 				t.Fatalf("%s %q, want %s", gwerror.HeaderPolicy, got, tc.policy)
 			}
 			if ra, ok := resp.Header["Retry-After"]; ok {

@@ -16,12 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"sluice/gateway"
 	"sluice/gateway/config"
 	"sluice/internal/proctest"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
+	"sluice/policies/ratelimit/store/memstore"
+	"sluice/policies/ratelimit/store/storetest"
+	"sluice/pricing"
 	"sluice/tokencount"
 )
 
@@ -29,7 +34,9 @@ import (
 const npmAPIKey = "sk-sluice-e2e-npm"
 
 // npmDeployment is the gateway configuration for the node client test: one
-// application, api-key-auth then model-access allowing every model.
+// application; route /openai with api-key-auth then model-access allowing
+// every model; route /budget with a $0.001 daily budget per application
+// (prompt-only estimates, so that one long answer spends it).
 const npmDeployment = `apiVersion: sluice/v1
 providers:
   - name: mock
@@ -51,6 +58,17 @@ routes:
         version: v1
         params:
           allow: ["*"]
+  - name: budget
+    context: /budget
+    provider: mock
+    policies:
+      - name: api-key-auth
+        version: v1
+      - name: llm-cost-based-ratelimit
+        version: v1
+        params: {consumerBased: true, reserveOutput: none, budgetLimits: [{amount: 0.001, duration: 1d}]}
+      - name: llm-cost
+        version: v1
 `
 
 // deploymentYAML is npmDeployment with the upstream URL and the key's hash.
@@ -83,10 +101,21 @@ func TestNPMClient(t *testing.T) {
 	// The gateway may log from its own goroutines after the test function
 	// returned, so logs are printed from a cleanup, not through t.Log.
 	logs := &proctest.Buffer{}
+	// The budget's counters run on a frozen clock, far from midnight UTC, so
+	// that the day cannot end between spending the budget and being denied.
+	clock := storetest.NewClock(limitsEpoch)
+	counters := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: -1})
+	t.Cleanup(func() { _ = counters.Close() })
+	prices, err := pricing.New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := prometheus.NewRegistry()
 	gw, err := gateway.New(gateway.Options{
 		Registry: builtin.Registry(),
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Services: policies.Services{Tokens: tokens},
+		Metrics:  metrics,
+		Services: policies.Services{Tokens: tokens, Counters: counters, Pricing: prices, Now: clock.Now},
 		KeyIndex: func(d *config.Deployment) (policies.KeyIndex, error) {
 			return config.NewKeyIndex(d), nil
 		},
@@ -124,6 +153,7 @@ func TestNPMClient(t *testing.T) {
 	cmd.Dir = nodeDir
 	cmd.Env = append(os.Environ(),
 		"SLUICE_BASE_URL=http://"+ln.Addr().String()+"/openai/v1",
+		"SLUICE_BUDGET_BASE_URL=http://"+ln.Addr().String()+"/budget/v1",
 		"SLUICE_API_KEY="+npmAPIKey,
 		"NO_COLOR=1",
 	)
@@ -140,6 +170,15 @@ func TestNPMClient(t *testing.T) {
 		t.Fatalf("node --test client.test.mjs failed (%v); output:\n%s", runErr, out.String())
 	}
 	t.Logf("node --test output:\n%s", out.String())
+
+	// The budget case at the client's default retry settings: one request
+	// spent the budget, the next was denied, and the client did not ask again.
+	for status, want := range map[string]float64{"200": 1, "429": 1} {
+		got := sumMetric(t, metrics, "sluice_requests_total", map[string]string{"route": "budget", "status": status})
+		if got != want {
+			t.Errorf("route budget: %v requests answered %s, want %v (a retried denial shows as more)", got, status, want)
+		}
+	}
 }
 
 // requireNode returns the node binary, or fails (CI) or skips (locally) when

@@ -270,7 +270,7 @@ func checkErrorEnvelope(h http.Header, body []byte, code, typ, policy string) st
 		return fmt.Sprintf("denial envelope code %q type %q message %q, want code %q type %q", env.Error.Code, env.Error.Type, env.Error.Message, code, typ)
 	case h.Get("X-Sluice-Error-Code") != code:
 		return fmt.Sprintf("X-Sluice-Error-Code %q, want %q", h.Get("X-Sluice-Error-Code"), code)
-	case policy != "" && h.Get("X-Sluice-Policy") != policy:
+	case policy != "" && deniedBy(h) != policy:
 		return fmt.Sprintf("X-Sluice-Policy %q, want %q", h.Get("X-Sluice-Policy"), policy)
 	}
 	return ""

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"sluice/dialect"
 	"sluice/gateway/config"
 	"sluice/gwerror"
 	"sluice/policies"
@@ -220,7 +221,7 @@ func (g *Gateway) metricsHandler() http.Handler {
 		if s := g.snap.Load(); s != nil && s.metricsToken != "" && !bearerIs(r, s.metricsToken) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
 			gwerror.New(http.StatusUnauthorized, gwerror.TypeAuthentication, gwerror.CodeInvalidMetricsToken,
-				"/metrics requires Authorization: Bearer <server.metricsToken>").Write(w)
+				"/metrics requires Authorization: Bearer <server.metricsToken>").Write(w, dialect.OpenAI, "")
 			return
 		}
 		mh.ServeHTTP(w, r)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
@@ -34,8 +35,11 @@ type exchange struct {
 	reqID string
 	rt    *route
 	ep    llmapi.Endpoint
-	call  *policies.Call
-	run   *policies.Run
+	// dialect is the API the client speaks, which gateway-made errors and
+	// rate-limit headers are rendered in (see dialectFor).
+	dialect dialect.Dialect
+	call    *policies.Call
+	run     *policies.Run
 	// status is the status sent to the client (0 until headers are written).
 	status int
 	// upstreamStart and upstreamDone bracket the upstream exchange of a
@@ -141,11 +145,14 @@ func (x *exchange) serve() {
 	}
 	rt, rest := snap.match(r.URL.Path)
 	if rt == nil {
+		// No route, no provider: the path alone says what the client speaks.
+		x.dialect = dialectFor(r.URL.Path[max(strings.LastIndex(r.URL.Path, "/v1/"), 0):], "")
 		x.fail(gwerror.New(http.StatusNotFound, gwerror.TypeInvalidRequest, gwerror.CodeRouteNotFound,
 			"no route serves "+r.URL.Path))
 		return
 	}
 	x.rt = rt
+	x.dialect = dialectFor(rest, rt.provider.typ)
 	if c := rt.cors; c != nil {
 		if isPreflight(r) {
 			x.preflight(c)
@@ -170,6 +177,12 @@ func (x *exchange) serve() {
 	if !ok {
 		x.fail(gwerror.New(http.StatusNotFound, gwerror.TypeInvalidRequest, gwerror.CodeRouteNotFound,
 			fmt.Sprintf("route %s does not serve %s; the endpoints are /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and /v1/messages under %s", rt.name, rest, rt.context)))
+		return
+	}
+	if ep == llmapi.Messages && rt.provider.typ != "anthropic" {
+		x.fail(gwerror.New(http.StatusNotFound, gwerror.TypeInvalidRequest, gwerror.CodeRouteNotFound,
+			fmt.Sprintf("route %s does not serve the Anthropic Messages API (/v1/messages): its provider %s is of type %s; send Anthropic requests to a route whose provider has type anthropic, or OpenAI requests (/v1/chat/completions) to this one",
+				rt.name, rt.provider.name, rt.provider.typ)))
 		return
 	}
 	x.ep = ep
@@ -349,7 +362,7 @@ func (x *exchange) body(resp *http.Response) {
 	}
 	x.upstreamDone = x.g.now()
 	body := buf.Bytes()
-	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.N)
+	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.Choices())
 	if err != nil {
 		x.g.log.Debug("no usage in upstream body", "request_id", x.reqID, "error", err)
 	}
@@ -379,7 +392,7 @@ func (x *exchange) body(resp *http.Response) {
 func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	ctx := x.r.Context()
 	llm := x.call.Request.LLM
-	tracker := llmapi.NewStreamTracker(x.ep, llm.N)
+	tracker := llmapi.NewStreamTracker(x.ep, llm.Choices())
 	presp := &policies.Response{Status: resp.StatusCode, Header: resp.Header, Stream: true}
 	if gerr := x.run.Response(presp); gerr != nil {
 		x.fail(gerr)
@@ -481,11 +494,31 @@ func (x *exchange) finish(kind policies.OutcomeKind, status int, usage *llmapi.U
 	x.run.Finish(policies.Outcome{Kind: kind, Status: status, Usage: usage, Err: err})
 }
 
-// fail renders gerr with the policies' client headers.
+// fail renders gerr in the client's dialect with the policies' client
+// headers (the error's own rate-limit counters replace theirs).
 func (x *exchange) fail(gerr *gwerror.Error) {
 	x.addClientHeaders()
 	x.status = statusOr500(gerr.Status)
-	gerr.Write(x.w)
+	gerr.Write(x.w, x.dialect, x.reqID)
+}
+
+// dialectFor is the dialect of a client asking for path rest (under the
+// route, or the request path when no route matched) of a route whose
+// provider has type providerType ("" for none): Anthropic for the Messages
+// API; OpenAI for the OpenAI-shaped endpoints, whatever the provider (a
+// client of /v1/chat/completions speaks OpenAI even to an anthropic
+// provider); for any other path (an unknown path, /v1/quota) the provider's.
+func dialectFor(rest, providerType string) dialect.Dialect {
+	if ep, ok := llmapi.EndpointForPath(rest); ok {
+		if ep == llmapi.Messages {
+			return dialect.Anthropic
+		}
+		return dialect.OpenAI
+	}
+	if providerType == "anthropic" {
+		return dialect.Anthropic
+	}
+	return dialect.OpenAI
 }
 
 func statusOr500(s int) int {
@@ -503,6 +536,7 @@ func (x *exchange) addClientHeaders() {
 	for k, vs := range x.call.ClientHeader {
 		h[k] = vs
 	}
+	x.call.Limits().WriteHeader(h, x.dialect)
 	h.Set("X-Request-Id", x.reqID)
 }
 

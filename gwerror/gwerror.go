@@ -1,7 +1,11 @@
 // Package gwerror defines the one typed error the gateway returns to clients and
-// renders it, in one place, as the OpenAI error envelope:
+// renders it, in one place, in the dialect the client speaks: OpenAI's envelope
 //
 //	{"error":{"message":"...","type":"...","param":null,"code":"..."}}
+//
+// or Anthropic's
+//
+//	{"type":"error","error":{"type":"...","message":"..."},"request_id":"..."}
 //
 // Policies and the data plane return *Error; nothing else writes error bodies.
 package gwerror
@@ -12,6 +16,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"sluice/dialect"
 )
 
 // Error types (the envelope's "type" field), following OpenAI's vocabulary.
@@ -33,6 +39,7 @@ const (
 	CodeMissingModel        = "missing_model"
 	CodeInvalidAPIKey       = "invalid_api_key"
 	CodeModelNotAllowed     = "model_not_allowed"
+	CodeModelNotPriced      = "model_not_priced"
 	CodeRateLimitExceeded   = "rate_limit_exceeded"
 	CodeBudgetExceeded      = "budget_exceeded"
 	CodeStoreUnavailable    = "ratelimit_store_unavailable"
@@ -51,8 +58,26 @@ const (
 
 // Header names of the error contract.
 const (
-	HeaderErrorCode = "X-Sluice-Error-Code"
-	HeaderPolicy    = "X-Sluice-Policy"
+	HeaderErrorCode   = "X-Sluice-Error-Code"
+	HeaderPolicy      = "X-Sluice-Policy"
+	HeaderShouldRetry = "X-Should-Retry"
+	// HeaderAnthropicRequestID is Anthropic's request id header, set on
+	// errors rendered in the Anthropic dialect (its SDKs report it).
+	HeaderAnthropicRequestID = "Request-Id"
+)
+
+// Retry is the advice a denial gives an SDK in x-should-retry. The official
+// OpenAI and Anthropic SDKs obey the header over their own status-based rule
+// (they retry 408, 409, 429 and 5xx, sleeping for any Retry-After).
+type Retry uint8
+
+const (
+	// RetryDefault sends no x-should-retry: the SDK decides by status.
+	RetryDefault Retry = iota
+	// RetryYes sends x-should-retry: true (a short wait cures the error).
+	RetryYes
+	// RetryNo sends x-should-retry: false (waiting will not help soon).
+	RetryNo
 )
 
 // Error is a client-visible gateway error.
@@ -64,11 +89,22 @@ type Error struct {
 	Param   string
 	// Policy names the policy that produced the error ("" for the data plane).
 	Policy string
+	// Scope, with Policy, names what denied the request: "route" (a limit
+	// shared by every application), "application" (one application's limit)
+	// or an advanced-ratelimit quota name. X-Sluice-Policy carries it as
+	// "<policy>; scope=<scope>".
+	Scope string
 	// RetryAfter, when > 0, is sent as Retry-After in whole seconds (rounded up).
 	RetryAfter time.Duration
-	// Header holds extra response headers (e.g. x-ratelimit-* on a denial).
+	// ShouldRetry, when set, is sent as x-should-retry.
+	ShouldRetry Retry
+	// Limits are the counters of the denial (the one that denied), rendered
+	// as the dialect's rate-limit headers over those of the request.
+	Limits dialect.Limits
+	// Header holds extra response headers (e.g. WWW-Authenticate).
 	Header http.Header
-	// Body, when non-nil, replaces the envelope (advanced-ratelimit's custom body).
+	// Body, when non-nil, replaces the envelope (advanced-ratelimit's custom
+	// body) in every dialect.
 	Body []byte
 }
 
@@ -99,6 +135,43 @@ type envelope struct {
 	Error envelopeBody `json:"error"`
 }
 
+type anthropicEnvelope struct {
+	Type      string        `json:"type"`
+	Error     anthropicBody `json:"error"`
+	RequestID string        `json:"request_id,omitempty"`
+}
+
+type anthropicBody struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// AnthropicType is Anthropic's error type for an HTTP status, from
+// Anthropic's API errors page: 400 invalid_request_error (also every other
+// 4xx), 401 authentication_error, 403 permission_error, 404 not_found_error,
+// 413 request_too_large, 429 rate_limit_error, 503 and 529 overloaded_error,
+// every other status api_error.
+func AnthropicType(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable, 529:
+		return "overloaded_error"
+	}
+	if status >= 400 && status < 500 {
+		return "invalid_request_error"
+	}
+	return "api_error"
+}
+
 type envelopeBody struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
@@ -106,10 +179,19 @@ type envelopeBody struct {
 	Code    string  `json:"code"`
 }
 
-// Envelope returns the JSON body for e.
-func (e *Error) Envelope() []byte {
+// Envelope returns the OpenAI-dialect JSON body for e.
+func (e *Error) Envelope() []byte { return e.BodyFor(dialect.OpenAI, "") }
+
+// BodyFor returns the JSON body for e in dialect d; requestID goes into
+// Anthropic's request_id ("" leaves it out).
+func (e *Error) BodyFor(d dialect.Dialect, requestID string) []byte {
 	if e.Body != nil {
 		return e.Body
+	}
+	if d == dialect.Anthropic {
+		out, _ := json.Marshal(anthropicEnvelope{Type: "error", RequestID: requestID,
+			Error: anthropicBody{Type: AnthropicType(e.status()), Message: e.Message}})
+		return out
 	}
 	b := envelopeBody{Message: e.Message, Type: e.Type, Code: e.Code}
 	if e.Param != "" {
@@ -120,28 +202,52 @@ func (e *Error) Envelope() []byte {
 	return out
 }
 
-// Write renders e on w: headers, status and the envelope. It is the only place
-// that writes an error response.
-func (e *Error) Write(w http.ResponseWriter) {
+func (e *Error) status() int {
+	if e.Status == 0 {
+		return http.StatusInternalServerError
+	}
+	return e.Status
+}
+
+// PolicyHeader is the X-Sluice-Policy value: the policy, and the scope that
+// denied as a parameter ("token-based-ratelimit; scope=application").
+func (e *Error) PolicyHeader() string {
+	if e.Policy == "" || e.Scope == "" {
+		return e.Policy
+	}
+	return e.Policy + "; scope=" + e.Scope
+}
+
+// Write renders e on w in dialect d: headers (the error's rate-limit
+// counters replace headers of the same names already on w), status and body.
+// requestID is the gateway's request id (Anthropic's request_id and
+// request-id). It is the only place that writes an error response.
+func (e *Error) Write(w http.ResponseWriter, d dialect.Dialect, requestID string) {
 	h := w.Header()
 	for k, vs := range e.Header {
 		h[k] = append([]string(nil), vs...)
 	}
+	e.Limits.WriteHeader(h, d)
 	h.Set("Content-Type", "application/json")
 	if e.Code != "" {
 		h.Set(HeaderErrorCode, e.Code)
 	}
 	if e.Policy != "" {
-		h.Set(HeaderPolicy, e.Policy)
+		h.Set(HeaderPolicy, e.PolicyHeader())
 	}
 	if e.RetryAfter > 0 {
 		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
-	status := e.Status
-	if status == 0 {
-		status = http.StatusInternalServerError
+	switch e.ShouldRetry {
+	case RetryYes:
+		h.Set(HeaderShouldRetry, "true")
+	case RetryNo:
+		h.Set(HeaderShouldRetry, "false")
 	}
-	w.WriteHeader(status)
-	_, _ = w.Write(e.Envelope())
+	if d == dialect.Anthropic && requestID != "" {
+		h.Set(HeaderAnthropicRequestID, requestID)
+	}
+	w.WriteHeader(e.status())
+	_, _ = w.Write(e.BodyFor(d, requestID))
 }

@@ -5,13 +5,12 @@
 package llmapi
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/tidwall/sjson"
-
-	"sluice/gwerror"
 )
 
 // Endpoint names a proxied operation.
@@ -43,8 +42,27 @@ func EndpointForPath(p string) (Endpoint, bool) {
 	return "", false
 }
 
+// Bounds on the request fields the gateway reserves from. A request beyond
+// one is refused with a 400 naming the field: no provider serves such a
+// request, and the bounds keep every amount computed from them far inside
+// int64 (MaxOutputTokensBound x MaxN x MaxPrompts is about 2.6e12).
+const (
+	// MaxOutputTokensBound is the largest accepted max_tokens,
+	// max_completion_tokens or max_output_tokens.
+	MaxOutputTokensBound = 10_000_000
+	// MaxN is the largest accepted n (choices per prompt).
+	MaxN = 128
+	// MaxPrompts is the most prompts a completions request may batch, and the
+	// most inputs an embeddings request may carry (OpenAI's own batch bound).
+	MaxPrompts = 2048
+)
+
 // Request is a parsed LLM request. Raw is the body that goes upstream; the other
 // fields are read from it once. Mutators keep Raw and the fields in step.
+//
+// Parse only accepts a body that every JSON decoder reads the same way (see
+// Parse), so what the policies judge from these fields is what the upstream
+// reads from Raw.
 type Request struct {
 	Endpoint Endpoint
 	Raw      []byte
@@ -55,15 +73,21 @@ type Request struct {
 	// (stream_options.include_usage); the gateway may ask for it on the client's
 	// behalf and then hides it.
 	ClientIncludeUsage bool
-	// MaxTokens is the requested output bound (max_tokens, max_completion_tokens or
-	// max_output_tokens); 0 when the request sets none.
+	// MaxTokens is the requested output bound per choice (max_tokens,
+	// max_completion_tokens or max_output_tokens, whichever the endpoint takes);
+	// 0 when the request sets none. At most MaxOutputTokensBound.
 	MaxTokens int64
 	// MaxTokensField is the JSON field MaxTokens came from ("" when absent).
 	MaxTokensField string
-	// N is the number of choices requested (1 when absent).
+	// N is the number of choices requested per prompt (1 when absent; only
+	// chat.completions and completions take n).
 	N int
+	// Prompts is the number of prompts the request batches: the length of a
+	// completions prompt list or of an embeddings input list; 1 otherwise.
+	Prompts int
 
-	// Prompt material for token estimation, as raw JSON (nil when absent).
+	// Prompt material for token estimation, as raw JSON (nil when absent). The
+	// slices alias the body Parse was given.
 	Messages     json.RawMessage // chat.completions, messages
 	System       json.RawMessage // messages (Anthropic top-level system)
 	Prompt       json.RawMessage // completions
@@ -72,96 +96,28 @@ type Request struct {
 	Tools        json.RawMessage
 }
 
-type wireRequest struct {
-	Model         *json.RawMessage `json:"model"`
-	Stream        *bool            `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage *bool `json:"include_usage"`
-	} `json:"stream_options"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	MaxOutputTokens     *int64          `json:"max_output_tokens"`
-	N                   *int            `json:"n"`
-	Messages            json.RawMessage `json:"messages"`
-	System              json.RawMessage `json:"system"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Input               json.RawMessage `json:"input"`
-	Instructions        json.RawMessage `json:"instructions"`
-	Tools               json.RawMessage `json:"tools"`
-}
+// Choices is the number of outputs the upstream generates for the request:
+// n choices for each prompt (completions return n x prompts choices; an
+// embeddings request returns one vector per input). Output reservations and
+// the expected number of finished choices both use it.
+func (r *Request) Choices() int { return r.N * r.Prompts }
 
-// Parse decodes body for endpoint ep. Every failure is a 400 *gwerror.Error.
-func Parse(ep Endpoint, body []byte) (*Request, *gwerror.Error) {
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 {
-		return nil, gwerror.BadRequest(gwerror.CodeInvalidJSON, "request body is empty; expected a JSON object")
-	}
-	if trimmed[0] != '{' {
-		return nil, gwerror.BadRequest(gwerror.CodeInvalidJSON, "request body must be a JSON object")
-	}
-	var w wireRequest
-	if err := json.Unmarshal(trimmed, &w); err != nil {
-		return nil, gwerror.BadRequest(gwerror.CodeInvalidJSON, "request body is not valid JSON: %s", jsonErrText(err))
-	}
-	r := &Request{Endpoint: ep, Raw: body, N: 1,
-		Messages: w.Messages, System: w.System, Prompt: w.Prompt, Input: w.Input,
-		Instructions: w.Instructions, Tools: w.Tools}
-	if w.Model == nil || string(*w.Model) == "null" {
-		return nil, &gwerror.Error{Status: 400, Type: gwerror.TypeInvalidRequest, Code: gwerror.CodeMissingModel,
-			Message: "you must provide a model parameter", Param: "model"}
-	}
-	if err := json.Unmarshal(*w.Model, &r.Model); err != nil || r.Model == "" {
-		return nil, &gwerror.Error{Status: 400, Type: gwerror.TypeInvalidRequest, Code: gwerror.CodeMissingModel,
-			Message: "model must be a non-empty string", Param: "model"}
-	}
-	if w.Stream != nil {
-		r.Stream = *w.Stream
-	}
-	if w.StreamOptions != nil && w.StreamOptions.IncludeUsage != nil {
-		r.ClientIncludeUsage = *w.StreamOptions.IncludeUsage
-	}
-	switch {
-	case w.MaxCompletionTokens != nil:
-		r.MaxTokens, r.MaxTokensField = *w.MaxCompletionTokens, "max_completion_tokens"
-	case w.MaxTokens != nil:
-		r.MaxTokens, r.MaxTokensField = *w.MaxTokens, "max_tokens"
-	case w.MaxOutputTokens != nil:
-		r.MaxTokens, r.MaxTokensField = *w.MaxOutputTokens, "max_output_tokens"
-	}
-	if r.MaxTokens < 0 {
-		return nil, &gwerror.Error{Status: 400, Type: gwerror.TypeInvalidRequest, Code: gwerror.CodeInvalidRequest,
-			Message: r.MaxTokensField + " must not be negative", Param: r.MaxTokensField}
-	}
-	if w.N != nil {
-		if *w.N < 1 || *w.N > 128 {
-			return nil, &gwerror.Error{Status: 400, Type: gwerror.TypeInvalidRequest, Code: gwerror.CodeInvalidRequest,
-				Message: "n must be between 1 and 128", Param: "n"}
-		}
-		r.N = *w.N
-	}
-	return r, nil
-}
-
-func jsonErrText(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case asErr(err, &se):
-		return se.Error()
-	case asErr(err, &te):
-		return "field " + te.Field + " has the wrong type (" + te.Value + ")"
-	}
-	return err.Error()
-}
-
-// SetMaxTokens rewrites the request's output bound to n, in the field the client
-// used or, when it set none, in the endpoint's native field.
+// SetMaxTokens rewrites the request's output bound to n (at least 1), in the
+// field the client used or, when it set none, in the endpoint's native field.
+// Parse guaranteed that the field occurs at most once and is spelled exactly,
+// so the rewrite replaces the one value every decoder reads. Embeddings have
+// no output bound: an error.
 func (r *Request) SetMaxTokens(n int64) error {
+	if n < 1 {
+		return fmt.Errorf("llmapi: output bound %d is below 1", n)
+	}
 	field := r.MaxTokensField
 	if field == "" {
 		switch r.Endpoint {
 		case Responses:
 			field = "max_output_tokens"
+		case Embeddings:
+			return errors.New("llmapi: embeddings take no output bound")
 		default:
 			field = "max_tokens"
 		}
@@ -175,7 +131,9 @@ func (r *Request) SetMaxTokens(n int64) error {
 }
 
 // SetIncludeUsage sets stream_options.include_usage in the upstream body without
-// changing ClientIncludeUsage (what the client asked for).
+// changing ClientIncludeUsage (what the client asked for). stream_options is
+// an object, null or absent and include_usage occurs at most once (Parse), so
+// the rewrite leaves exactly one include_usage: true.
 func (r *Request) SetIncludeUsage() error {
 	raw, err := sjson.SetBytes(r.Raw, "stream_options.include_usage", true)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"sluice/internal/satmath"
 	"sluice/sse"
 )
 
@@ -86,9 +87,9 @@ func usageFields(ep Endpoint, obj gjson.Result, u *Usage) bool {
 // three disjointly).
 func finalize(ep Endpoint, u *Usage, anthropicInput int64) {
 	if ep == Messages {
-		u.PromptTokens = anthropicInput + u.CachedPromptTokens + u.CacheWriteTokens
+		u.PromptTokens = satmath.Add(satmath.Add(anthropicInput, u.CachedPromptTokens), u.CacheWriteTokens)
 	}
-	if sum := u.PromptTokens + u.CompletionTokens; u.TotalTokens < sum {
+	if sum := satmath.Add(u.PromptTokens, u.CompletionTokens); u.TotalTokens < sum {
 		u.TotalTokens = sum
 	}
 }
@@ -144,9 +145,10 @@ func UsageFromBody(ep Endpoint, body []byte, n int) (*Usage, error) {
 }
 
 // maxTrackedIndex bounds the choice indexes a StreamTracker remembers, so a hostile
-// stream cannot make it allocate without limit. n is at most 128 and a batched
-// completions prompt multiplies it; indexes beyond the bound are ignored.
-const maxTrackedIndex = 1 << 16
+// stream cannot make it allocate without limit (at most 32 KiB). It is the most
+// choices a request can ask for: n up to MaxN for each of up to MaxPrompts
+// prompts; indexes beyond the bound are ignored.
+const maxTrackedIndex = MaxN * MaxPrompts
 
 // StreamTracker follows an SSE response stream of one endpoint and accumulates its
 // usage and finished choices. Feed it every event in order; it never panics and

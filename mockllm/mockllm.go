@@ -166,7 +166,7 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 			writeError(w, 413, gwerror.TypeInvalidRequest, gwerror.CodeBodyTooLarge, "request body too large")
 			return
 		}
-		req, gerr := llmapi.Parse(ep, body)
+		req, gerr := decodeRequest(ep, body)
 		if gerr != nil {
 			writeJSON(w, gerr.Status, gerr.Envelope())
 			return
@@ -185,7 +185,7 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 		case llmapi.ChatCompletions:
 			c.choices = req.N
 		case llmapi.Completions:
-			c.choices = req.N * promptBatch(req.Prompt)
+			c.choices = req.Choices()
 		}
 
 		if ep == llmapi.Embeddings {

@@ -127,7 +127,26 @@ func (r *Registry) BuildChain(route RouteInfo, specs []EntrySpec, svc *Services,
 	if err := checkMetadata(ch.entries, provided); err != nil {
 		return nil, err
 	}
+	for i := range ch.entries {
+		l, ok := ch.entries[i].Policy.(ChainLinker)
+		if !ok {
+			continue
+		}
+		if err := l.LinkChain(ch.entries, i); err != nil {
+			return nil, &EntryError{Index: i, Message: fmt.Sprintf("%s: %v", ch.entries[i].Def.ID(), err)}
+		}
+	}
 	return ch, nil
+}
+
+// ChainLinker is implemented by a policy that works with another member of
+// its chain (llm-cost-based-ratelimit estimates with the pricer of the
+// llm-cost after it). BuildChain calls LinkChain on every such member, in
+// list order, once every entry is built and the metadata check has passed,
+// before the chain serves a request; entries is the chain (read-only) and
+// self the member's own index. An error fails the chain at that entry.
+type ChainLinker interface {
+	LinkChain(entries []Entry, self int) error
 }
 
 func (r *Registry) anyVersion(name string) (*Definition, bool) {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/internal/promreg"
 	"sluice/llmapi"
@@ -90,13 +91,21 @@ type Call struct {
 	// Request is the client's request as it will go upstream; policies may edit
 	// Header (e.g. strip credentials) and LLM (e.g. cap max tokens).
 	Request *Request
-	// ClientHeader collects headers policies add to the client's response (e.g.
-	// x-ratelimit-*); the gateway sends them with the first byte of the response,
-	// success or error.
+	// ClientHeader collects headers policies add to the client's response
+	// (e.g. X-Sluice-Cost-Usd); the gateway sends them with the first byte of
+	// the response, success or error. Rate-limit state goes in Limits instead.
 	ClientHeader http.Header
 	// Started is when the gateway received the request.
 	Started time.Time
+
+	limits dialect.Limits
 }
+
+// Limits is the rate-limit state the response reports: per kind the tightest
+// counter the limit policies admitted the request on. The gateway renders it
+// in the client's dialect (x-ratelimit-* or anthropic-ratelimit-*) with the
+// response headers, success or error.
+func (c *Call) Limits() *dialect.Limits { return &c.limits }
 
 // Request is the inbound request after the edge parsed it once.
 type Request struct {

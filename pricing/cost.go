@@ -3,6 +3,7 @@ package pricing
 import (
 	"math"
 
+	"sluice/internal/satmath"
 	"sluice/llmapi"
 )
 
@@ -42,10 +43,10 @@ func (p Price) CostPico(u *llmapi.Usage) int64 {
 	write := min(max(u.CacheWriteTokens, 0), prompt-cached)
 	plain := prompt - cached - write
 	f := p.ForPrompt(prompt)
-	sum := mulSat(plain, picoPerToken(f.Input))
-	sum = addSat(sum, mulSat(cached, picoPerToken(f.CachedInput)))
-	sum = addSat(sum, mulSat(write, picoPerToken(f.CacheWrite)))
-	sum = addSat(sum, mulSat(max(u.CompletionTokens, 0), picoPerToken(f.Output)))
+	sum := satmath.Mul(plain, picoPerToken(f.Input))
+	sum = satmath.Add(sum, satmath.Mul(cached, picoPerToken(f.CachedInput)))
+	sum = satmath.Add(sum, satmath.Mul(write, picoPerToken(f.CacheWrite)))
+	sum = satmath.Add(sum, satmath.Mul(max(u.CompletionTokens, 0), picoPerToken(f.Output)))
 	return sum
 }
 
@@ -97,23 +98,4 @@ func boolInt(b bool) int64 {
 		return 1
 	}
 	return 0
-}
-
-// mulSat multiplies non-negative a and b, saturating at math.MaxInt64.
-func mulSat(a, b int64) int64 {
-	if a == 0 || b == 0 {
-		return 0
-	}
-	if a > math.MaxInt64/b {
-		return math.MaxInt64
-	}
-	return a * b
-}
-
-// addSat adds non-negative a and b, saturating at math.MaxInt64.
-func addSat(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }

@@ -55,6 +55,17 @@ type Model struct {
 	Source string `json:"source"`
 }
 
+// Pricer resolves the model a request names to the price it is charged at.
+// A Catalog is one; llm-cost's pricer adds its pricing file and defaultPrice.
+// Implementations are immutable and safe for concurrent use.
+type Pricer interface {
+	// Resolve returns the entry model is priced with, and false when it has
+	// no price.
+	Resolve(model string) (Model, bool)
+}
+
+var _ Pricer = (*Catalog)(nil)
+
 // Catalog resolves model names to prices. Immutable after construction; safe
 // for concurrent use.
 type Catalog struct {

@@ -37,7 +37,9 @@ func TestEmbeddedTableCoversRequiredModels(t *testing.T) {
 		"gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano", "gpt-5", "gpt-5-mini", "gpt-5-nano",
 		"o1", "o3", "o3-mini", "o4-mini", "text-embedding-3-small", "text-embedding-3-large", "gpt-3.5-turbo", "gpt-4-turbo",
 		"claude-opus-4-1", "claude-opus-4", "claude-opus-4-5", "claude-sonnet-4-5", "claude-sonnet-4", "claude-haiku-4-5",
-		"claude-3-5-haiku", "claude-3-7-sonnet",
+		"claude-3-5-haiku", "claude-3-7-sonnet", "claude-opus-4-6", "claude-sonnet-4-6",
+		"o1-pro", "o3-pro", "gpt-4.5-preview", "gpt-4o-audio-preview", "gpt-4o-mini-audio-preview",
+		"gpt-5-pro", "gpt-5.1", "gpt-5.2", "gpt-5.4", "gpt-5.4-pro", "gpt-5.4-mini", "gpt-5.4-nano", "gpt-5.5", "gpt-5.5-pro",
 		"gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.0-flash",
 		"mistral-large", "mistral-medium", "mistral-small", "codestral",
 		"llama-3.1-8b-instruct", "llama-3.1-70b-instruct", "llama-3.1-405b-instruct", "llama-3.3-70b-instruct",
@@ -54,6 +56,50 @@ func TestEmbeddedTableCoversRequiredModels(t *testing.T) {
 		}
 		if !strings.HasPrefix(m, "text-embedding") && got.Price.Output <= 0 {
 			t.Errorf("%s: no output price", m)
+		}
+	}
+}
+
+// TestSnapshotsResolveToTheirFamily: the dated model ids the providers
+// serve are priced as their family, at its list price (USD per million:
+// input, cached input, output), and names the table does not hold stay
+// unpriced.
+func TestSnapshotsResolveToTheirFamily(t *testing.T) {
+	c := embedded(t)
+	cases := []struct {
+		model, entry          string
+		input, cached, output float64
+	}{
+		{"o1-pro-2025-03-19", "o1-pro", 150, 150, 600},
+		{"o3-pro-2025-06-10", "o3-pro", 20, 20, 80},
+		{"gpt-4.5-preview-2025-02-27", "gpt-4.5-preview", 75, 37.5, 150},
+		{"gpt-4o-audio-preview-2024-12-17", "gpt-4o-audio-preview", 2.5, 2.5, 10},
+		{"gpt-5-2025-08-07", "gpt-5", 1.25, 0.125, 10},
+		{"gpt-5-mini-2025-08-07", "gpt-5-mini", 0.25, 0.025, 2},
+		{"gpt-5-nano-2025-08-07", "gpt-5-nano", 0.05, 0.005, 0.4},
+		{"gpt-5-chat-latest", "gpt-5", 1.25, 0.125, 10},
+		{"gpt-5-pro-2025-10-06", "gpt-5-pro", 15, 15, 120},
+		{"gpt-5.1-2025-11-13", "gpt-5.1", 1.25, 0.125, 10},
+		{"gpt-5.2-2025-12-11", "gpt-5.2", 1.75, 0.175, 14},
+		{"gpt-4.1-2025-04-14", "gpt-4.1", 2, 0.5, 8},
+		{"gpt-4.1-nano-2025-04-14", "gpt-4.1-nano", 0.1, 0.025, 0.4},
+		{"o3-2025-04-16", "o3", 2, 0.5, 8},
+		{"o4-mini-2025-04-16", "o4-mini", 1.1, 0.275, 4.4},
+		{"claude-opus-4-1-20250805", "claude-opus-4-1", 15, 1.5, 75},
+		{"claude-opus-4-5-20251101", "claude-opus-4-5", 5, 0.5, 25},
+		{"claude-sonnet-4-5-20250929", "claude-sonnet-4-5", 3, 0.3, 15},
+		{"claude-haiku-4-5-20251001", "claude-haiku-4-5", 1, 0.1, 5},
+		{"claude-sonnet-4-20250514", "claude-sonnet-4", 3, 0.3, 15},
+	}
+	for _, tc := range cases {
+		m, ok := c.Resolve(tc.model)
+		if !ok || m.Name != tc.entry || m.Price.Input != tc.input || m.Price.CachedInput != tc.cached || m.Price.Output != tc.output {
+			t.Errorf("Resolve(%q) = %q %+v, %v; want %s at %v / %v / %v", tc.model, m.Name, m.Price, ok, tc.entry, tc.input, tc.cached, tc.output)
+		}
+	}
+	for _, model := range []string{"gpt-4.5", "gpt-4o-audio", "o1-pro-max", "claude-opus-4-7"} {
+		if m, ok := c.Resolve(model); ok {
+			t.Errorf("Resolve(%q) = %q: a model the table does not hold must stay unpriced", model, m.Name)
 		}
 	}
 }

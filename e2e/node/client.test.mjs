@@ -80,3 +80,32 @@ test("upstream error passes through", async () => {
     },
   );
 });
+
+// A spent budget at the client's DEFAULT retry settings (maxRetries 2,
+// Retry-After obeyed without a cap): the gateway's x-should-retry: false
+// makes the call fail at once with the 429 instead of sleeping until the
+// budget resets (Retry-After is the seconds to 00:00 UTC, hours away). The
+// Go side (npm_test.go) checks that the gateway saw exactly one denied
+// request; the timeout fails a client that went to sleep.
+const budgetURL = process.env.SLUICE_BUDGET_BASE_URL;
+test("a spent budget fails at once at default retry settings", { skip: !budgetURL, timeout: 30_000 }, async () => {
+  const defaults = new OpenAI({ baseURL: budgetURL, apiKey });
+  assert.equal(defaults.maxRetries, 2);
+  const spent = await defaults.chat.completions.create({
+    model: "gpt-4o",
+    messages: [{ role: "user", content: "spend the budget" }],
+    max_tokens: 1000,
+  });
+  assert.equal(spent.usage.completion_tokens, 1000);
+  await assert.rejects(
+    defaults.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "one more" }], max_tokens: 5 }),
+    (err) => {
+      assert.equal(err.status, 429);
+      assert.equal(err.code, "budget_exceeded");
+      assert.equal(err.headers.get("x-should-retry"), "false");
+      assert.ok(Number(err.headers.get("retry-after")) > 3600, `retry-after ${err.headers.get("retry-after")}`);
+      assert.match(err.message, /resets at \d{4}-\d\d-\d\dT00:00:00Z/);
+      return true;
+    },
+  );
+});

@@ -83,6 +83,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 		counters[i] = ratelimit.Counter{Meter: 0, Limit: lim}
 	}
 	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Counters: counters,
+		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{{Name: "requests", Unit: ratelimit.UnitRequests}}})
 	if err != nil {
 		return nil, err

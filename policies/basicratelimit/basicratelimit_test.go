@@ -53,7 +53,7 @@ func TestDenialAndHeaders(t *testing.T) {
 		if gerr, _ := h.Do(ch, call, ratelimittest.Completed(nil)); gerr != nil {
 			t.Fatal(gerr)
 		}
-		if got, want := call.ClientHeader.Get("x-ratelimit-remaining-requests"), []string{"1", "0"}[i]; got != want {
+		if got, want := ratelimittest.RateHeaders(call).Get("x-ratelimit-remaining-requests"), []string{"1", "0"}[i]; got != want {
 			t.Fatalf("request %d: remaining header %q, want %q", i, got, want)
 		}
 	}
@@ -65,7 +65,7 @@ func TestDenialAndHeaders(t *testing.T) {
 	if gerr.RetryAfter != 30*time.Second {
 		t.Fatalf("Retry-After %v", gerr.RetryAfter)
 	}
-	if gerr.Header.Get("x-ratelimit-limit-requests") != "2" || gerr.Header.Get("x-ratelimit-remaining-requests") != "0" {
-		t.Fatalf("denial headers %v", gerr.Header)
+	if dh := ratelimittest.DenialHeaders(gerr); dh.Get("x-ratelimit-limit-requests") != "2" || dh.Get("x-ratelimit-remaining-requests") != "0" {
+		t.Fatalf("denial headers %v", dh)
 	}
 }

@@ -1,7 +1,10 @@
 // Package costratelimit is the `llm-cost-based-ratelimit` policy: USD budgets
 // per route (backend) or per application (consumer). It reserves an estimated
 // cost (counted in micro-USD) before the request and settles, in its final
-// phase, with the real cost that llm-cost wrote to Metadata x-llm-cost.
+// phase, with the real cost that llm-cost wrote to Metadata x-llm-cost. It
+// estimates with the pricer of the first llm-cost after it in the chain, the
+// one whose cost it settles with, and refuses a model that pricer cannot
+// price: a budget cannot be kept on spend it cannot count.
 package costratelimit
 
 import (
@@ -10,8 +13,10 @@ import (
 	"time"
 
 	"sluice/gwerror"
+	"sluice/internal/satmath"
 	"sluice/policies"
 	"sluice/policies/ratelimit"
+	"sluice/pricing"
 	"sluice/sharedctx"
 )
 
@@ -19,7 +24,8 @@ import (
 const Name = "llm-cost-based-ratelimit"
 
 // MinReservation is the smallest cost reserved (micro-USD): a spent budget
-// (remaining 0) then denies even a request whose estimate is 0 (unknown model).
+// (remaining 0) then denies even a request whose estimate is 0 (an empty
+// prompt with no output bound).
 const MinReservation = 1
 
 // Params configures llm-cost-based-ratelimit.
@@ -32,8 +38,9 @@ type Params struct {
 	// Algorithm: calendar (default: "30d"/720h is the UTC calendar month, other
 	// durations are UTC-aligned fixed windows), fixed-window or token-bucket.
 	Algorithm string `json:"algorithm,omitempty" jsonschema:"enum=token-bucket,enum=fixed-window,enum=calendar"`
-	// ReserveOutput: maxTokens (default) prices the request's max tokens times n
-	// as output in the estimate; none prices the prompt only.
+	// ReserveOutput: maxTokens (default) prices the request's max tokens times
+	// its number of choices (n per prompt of a batch) as output in the
+	// estimate; none prices the prompt only.
 	ReserveOutput string `json:"reserveOutput,omitempty" jsonschema:"enum=none,enum=maxTokens"`
 	// Overrides give the listed applications other budgets (consumerBased only).
 	Overrides []Override `json:"overrides,omitempty"`
@@ -79,13 +86,18 @@ func (p *Params) algorithm() string {
 	return p.Algorithm
 }
 
-func micros(usd float64) int64 { return int64(math.Round(usd * 1e6)) }
+// micros converts a configured USD amount to micro-USD, clamped to int64.
+func micros(usd float64) int64 { return satmath.Ceil(math.Round(usd * 1e6)) }
 
 func (p *Params) check(prefix []string, ls []BudgetLimit, errs *policies.ParamErrors) {
 	ds := make([]time.Duration, len(ls))
 	for i, l := range ls {
 		ds[i] = l.Duration.D()
 		path := append(append([]string(nil), prefix...), ratelimit.ParamPath("budgetLimits", i)...)
+		if math.IsInf(l.Amount, 0) || math.IsNaN(l.Amount) {
+			*errs = append(*errs, &policies.ParamError{Path: append(path, "amount"), Message: "amount must be a finite number of USD"})
+			continue
+		}
 		if micros(l.Amount) < 1 {
 			*errs = append(*errs, &policies.ParamError{Path: append(path, "amount"), Message: "amount must be at least 0.000001 USD"})
 			continue
@@ -140,8 +152,12 @@ func Definition() policies.Definition {
 
 // Policy is one llm-cost-based-ratelimit instance.
 type Policy struct {
-	eng        *ratelimit.Engine
-	svc        *policies.Services
+	eng *ratelimit.Engine
+	svc *policies.Services
+	// pricer is the linked llm-cost's (set by LinkChain before the chain
+	// serves; svc.Pricing when the policy runs outside a chain).
+	pricer     pricing.Pricer
+	route      string
 	scoper     *ratelimit.Scoper
 	overrideOf map[string]int
 	groups     [][]int
@@ -150,8 +166,21 @@ type Policy struct {
 
 var (
 	_ policies.Finalizer      = (*Policy)(nil)
+	_ policies.ChainLinker    = (*Policy)(nil)
 	_ ratelimit.QuotaReporter = (*Policy)(nil)
 )
+
+// LinkChain links the instance to the first llm-cost after it, the one whose
+// x-llm-cost it settles with (ratelimit.LinkedPricer): its pricer (pricing
+// file and defaultPrice included) is the one the estimate uses.
+func (p *Policy) LinkChain(entries []policies.Entry, self int) error {
+	pr, ok := ratelimit.LinkedPricer(entries, self)
+	if !ok {
+		return ratelimit.ErrNoPricer
+	}
+	p.pricer = pr
+	return nil
+}
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
 	var counters []ratelimit.Counter
@@ -171,7 +200,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	if err != nil {
 		return nil, err
 	}
-	pol := &Policy{svc: svc, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased),
+	pol := &Policy{svc: svc, route: route.RouteName, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased),
 		overrideOf: map[string]int{}, groups: [][]int{base}, reserveOut: p.ReserveOutput != "none"}
 	for i, o := range p.Overrides {
 		idx, err := add(o.BudgetLimits)
@@ -184,6 +213,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 		}
 	}
 	pol.eng, err = ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Counters: counters,
+		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{{Name: "cost", Unit: ratelimit.UnitUSDMicros}}})
 	if err != nil {
 		return nil, err
@@ -196,27 +226,43 @@ func (p *Policy) Engine() *ratelimit.Engine { return p.eng }
 
 func (p *Policy) sel(id string) []int { return p.groups[p.overrideOf[id]] }
 
-// Estimate is the reserved cost of the request in micro-USD: the catalog's
-// price of the estimated prompt plus, with reserveOutput maxTokens, max tokens
-// times n of output; at least MinReservation (an unknown model estimates 0).
-func (p *Policy) Estimate(c *policies.Call) int64 {
-	var est int64
-	if p.svc.Pricing != nil {
-		prompt := ratelimit.PromptTokens(c, p.svc.Tokens)
-		var out int64
-		if bound, n, ok := ratelimit.OutputBound(c, 0); ok && p.reserveOut {
-			out = bound * n
-		}
-		est, _ = p.svc.Pricing.EstimateMicros(ratelimit.RequestModel(c), prompt, out)
+// Estimate is the reserved cost of the request in micro-USD: the linked
+// pricer's price of the estimated prompt plus, with reserveOutput maxTokens,
+// max tokens times the number of choices (n per prompt) of output; at least
+// MinReservation. ok is false when the pricer has no price for the request's
+// model. The arithmetic saturates, so an absurd request is priced at most
+// math.MaxInt64 pico-USD and denied as one that can never be admitted, never
+// wrapped to a small amount.
+func (p *Policy) Estimate(c *policies.Call) (micros int64, ok bool) {
+	pricer := p.pricer
+	if pricer == nil && p.svc.Pricing != nil {
+		pricer = p.svc.Pricing
 	}
-	return max(est, MinReservation)
+	if pricer == nil {
+		return 0, false
+	}
+	m, ok := pricer.Resolve(ratelimit.RequestModel(c))
+	if !ok {
+		return 0, false
+	}
+	prompt := ratelimit.PromptTokens(c, p.svc.Tokens)
+	var out int64
+	if bound, n, ok := ratelimit.OutputBound(c, 0); ok && p.reserveOut {
+		out = satmath.Mul(bound, n)
+	}
+	return max(m.Price.EstimateMicros(prompt, out), MinReservation), true
 }
 
-// OnRequest reserves the estimated cost.
+// OnRequest reserves the estimated cost, or refuses (400 model_not_priced,
+// nothing reserved) a model without a price.
 func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
+	est, ok := p.Estimate(c)
+	if !ok {
+		return ratelimit.ModelNotPriced(Name, p.route, ratelimit.RequestModel(c))
+	}
 	id := p.scoper.ID(c)
 	a := ratelimit.Admission{Scope: p.scoper.Scope(p.eng, id), Counters: p.sel(id)}
-	a.Amounts[0] = p.Estimate(c)
+	a.Amounts[0] = est
 	_, gerr := p.eng.Reserve(c, &a)
 	return gerr
 }
@@ -239,7 +285,7 @@ func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 	if !ok || usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
 		return false
 	}
-	a[0] = int64(math.Ceil(usd*1e6 - 1e-9))
+	a[0] = satmath.Ceil(usd*1e6 - 1e-9)
 	return true
 }
 

@@ -1,6 +1,9 @@
 package costratelimit_test
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,8 @@ import (
 	"sluice/policies/llmcost"
 	"sluice/policies/ratelimit/ratelimittest"
 	"sluice/policies/ratelimit/store"
+	"sluice/pricing"
+	"sluice/sharedctx"
 )
 
 const route = "r"
@@ -75,8 +80,9 @@ func TestBudgetExhausted(t *testing.T) {
 	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "gpt-4o", MaxTokens: 10}), ratelimittest.Completed(ratelimittest.Usage(1000, 100000, 1))); gerr != nil {
 		t.Fatal(gerr)
 	}
-	// Even an unknown model (estimate 0) is denied: at least 1 µUSD is reserved.
-	gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "no-such-model"}), ratelimittest.Completed(nil))
+	// Even a request estimated at 0 (no prompt, no output bound) is denied:
+	// at least 1 µUSD is reserved.
+	gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "gpt-4o", Content: " "}), ratelimittest.Completed(nil))
 	if gerr == nil || gerr.Code != gwerror.CodeBudgetExceeded || gerr.Policy != costratelimit.Name {
 		t.Fatalf("want budget_exceeded, got %v", gerr)
 	}
@@ -133,6 +139,121 @@ func TestOverridesNeedConsumerBased(t *testing.T) {
 		t.Fatal("plain app admitted beyond a $0.000002 budget")
 	}
 }
+
+// TestUnpricedModels: a model the linked llm-cost cannot price is refused
+// with 400 model_not_priced before anything is reserved; llm-cost's
+// defaultPrice and pricingFile price it, for the estimate as for the charge.
+func TestUnpricedModels(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "prices.yaml")
+	if err := os.WriteFile(file, []byte("models:\n  acme-1: {input: 2, output: 8}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	usage := ratelimittest.Usage(1000, 500, 1)
+	cases := []struct {
+		name   string
+		llm    map[string]any
+		model  string
+		priced bool
+		input  float64 // USD per million, when priced
+		output float64
+	}{
+		{"no price", nil, "acme-1", false, 0, 0},
+		{"gateway catalog model", nil, "gpt-4o", true, 2.5, 10},
+		{"defaultPrice", map[string]any{"defaultPrice": map[string]any{"input": 3, "output": 12}}, "acme-1", true, 3, 12},
+		{"defaultPrice does not replace the catalog", map[string]any{"defaultPrice": map[string]any{"input": 3, "output": 12}}, "gpt-4o", true, 2.5, 10},
+		{"pricingFile", map[string]any{"pricingFile": file}, "acme-1", true, 2, 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			ch := h.Chain(route,
+				ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(10, "1d")}),
+				ratelimittest.Entry(llmcost.Name, tc.llm))
+			call := h.Call(route, ratelimittest.Req{Model: tc.model, MaxTokens: 500})
+			prompt := h.Svc.Tokens.EstimatePrompt(call.Request.LLM)
+			gerr, _ := h.Do(ch, call, ratelimittest.Completed(usage))
+			used := 10_000_000 - h.Remaining("{r}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(10_000_000))
+			if !tc.priced {
+				if gerr == nil || gerr.Status != 400 || gerr.Code != gwerror.CodeModelNotPriced || gerr.Param != "model" ||
+					gerr.Type != gwerror.TypeInvalidRequest || !strings.Contains(gerr.Message, `"acme-1"`) ||
+					!strings.Contains(gerr.Message, "defaultPrice") || !strings.Contains(gerr.Message, "pricing file") {
+					t.Fatalf("want 400 model_not_priced naming the model and the fixes, got %v", gerr)
+				}
+				if used != 0 || h.Gauge("sluice_ratelimit_open_reservations", nil) != 0 {
+					t.Fatalf("a refused request charged %d µUSD", used)
+				}
+				return
+			}
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			price := pricing.Price{Input: tc.input, CachedInput: tc.input, CacheWrite: tc.input, Output: tc.output}
+			if want := price.CostMicros(usage); used != want {
+				t.Fatalf("charged %d µUSD, want %d", used, want)
+			}
+			// The estimate is priced the same way: it is what a request
+			// reserves while in flight.
+			call2 := h.Call(route, ratelimittest.Req{Model: tc.model, MaxTokens: 500})
+			run := ch.Start(call2)
+			if gerr := run.Request(); gerr != nil {
+				t.Fatal(gerr)
+			}
+			held := 10_000_000 - used - h.Remaining("{r}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(10_000_000))
+			if want := price.EstimateMicros(prompt, 500); held != want {
+				t.Fatalf("reserved %d µUSD, want %d", held, want)
+			}
+			run.Finish(policies.Outcome{Kind: policies.Cancelled})
+		})
+	}
+}
+
+// TestLinksToFirstLLMCostAfterIt: the cost limit estimates with the llm-cost
+// whose x-llm-cost it settles with (the first after it), and a chain with
+// no llm-cost after it is refused.
+func TestLinksToFirstLLMCostAfterIt(t *testing.T) {
+	h := newHarness(t)
+	ch := h.Chain(route,
+		ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(10, "1d"), "reserveOutput": "none"}),
+		ratelimittest.Entry(llmcost.Name, map[string]any{"defaultPrice": map[string]any{"input": 1000, "output": 0}}),
+		ratelimittest.Entry(llmcost.Name, nil))
+	call := h.Call(route, ratelimittest.Req{Model: "acme-2"})
+	prompt := h.Svc.Tokens.EstimatePrompt(call.Request.LLM)
+	run := ch.Start(call)
+	if gerr := run.Request(); gerr != nil {
+		t.Fatalf("the first llm-cost after the limit has a defaultPrice: %v", gerr)
+	}
+	held := 10_000_000 - h.Remaining("{r}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(10_000_000))
+	if want := (pricing.Price{Input: 1000}).EstimateMicros(prompt, 0); held != want {
+		t.Fatalf("reserved %d µUSD, want %d", held, want)
+	}
+	run.Finish(policies.Outcome{Kind: policies.Cancelled})
+
+	reg := policies.NewRegistry(costratelimit.Definition(), xcostWriter())
+	_, err := reg.BuildChain(policies.RouteInfo{RouteName: route}, []policies.EntrySpec{
+		ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(10, "1d")}),
+		ratelimittest.Entry("x-cost-writer", nil)}, h.Svc, nil)
+	var ee *policies.EntryError
+	if !errors.As(err, &ee) || ee.Index != 0 || !strings.Contains(err.Error(), "no llm-cost after it") {
+		t.Fatalf("want an error at entry 0 saying no llm-cost follows, got %v", err)
+	}
+}
+
+// xcostWriter writes x-llm-cost and x-llm-cost-status without being
+// llm-cost: it passes the metadata check but has no pricer.
+func xcostWriter() policies.Definition {
+	d := policies.Define("x-cost-writer", "v1", "writes cost metadata", func(*struct{}, policies.RouteInfo, *policies.Services) (policies.Policy, error) {
+		return nopPolicy{}, nil
+	})
+	d.Writes = []policies.MetaKey{
+		{Key: sharedctx.KeyLLMCost, Phase: policies.PhaseFinal},
+		{Key: sharedctx.KeyLLMCostStatus, Phase: policies.PhaseFinal},
+	}
+	return d
+}
+
+type nopPolicy struct{}
+
+func (nopPolicy) OnRequest(*policies.Call) *gwerror.Error { return nil }
 
 // TestApplicationRefs: every overridden application is reported with its
 // param path, for the deployment check of undefined application ids.

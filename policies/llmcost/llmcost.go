@@ -58,7 +58,9 @@ type Params struct {
 	// instance only. Read when the chain is built (at startup and on reload).
 	PricingFile string `json:"pricingFile,omitempty" jsonschema:"minLength=1"`
 	// Price used for models the catalog does not know. Without it such requests
-	// get status "unpriced" and cost 0.
+	// get status "unpriced" and cost 0, and a cost limit listed before this
+	// instance (llm-cost-based-ratelimit) refuses them with 400
+	// model_not_priced.
 	DefaultPrice *DefaultPrice `json:"defaultPrice,omitempty"`
 }
 
@@ -91,10 +93,30 @@ func Definition() policies.Definition {
 	return d
 }
 
-// policy is immutable after build and safe for concurrent use.
-type policy struct {
+// DefaultModel is the Model.Name (and analytics cost_model) of a price that
+// came from defaultPrice.
+const DefaultModel = "default"
+
+// resolver is the instance's pricer: the catalog (with the instance's pricing
+// file), then defaultPrice for a model the catalog does not know.
+type resolver struct {
 	catalog      *pricing.Catalog
 	defaultPrice *pricing.Price
+}
+
+func (r *resolver) Resolve(model string) (pricing.Model, bool) {
+	if m, ok := r.catalog.Resolve(model); ok {
+		return m, true
+	}
+	if r.defaultPrice != nil {
+		return pricing.Model{Name: DefaultModel, Price: *r.defaultPrice, Source: "defaultPrice"}, true
+	}
+	return pricing.Model{}, false
+}
+
+// policy is immutable after build and safe for concurrent use.
+type policy struct {
+	pricer resolver
 	// doneKey is this instance's metadata slot recording the status it wrote,
 	// so the final phase knows whether the response phase already priced the
 	// request.
@@ -117,15 +139,20 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	if cat == nil {
 		return nil, errors.New("no pricing catalog in the gateway services (wiring bug)")
 	}
-	pol := &policy{catalog: cat, doneKey: sharedctx.InstanceKey(route.InstanceID, "llm-cost.status")}
+	pol := &policy{pricer: resolver{catalog: cat}, doneKey: sharedctx.InstanceKey(route.InstanceID, "llm-cost.status")}
 	if p.DefaultPrice != nil {
-		pol.defaultPrice = &pricing.Price{
+		pol.pricer.defaultPrice = &pricing.Price{
 			Input: p.DefaultPrice.Input, CachedInput: p.DefaultPrice.Input, CacheWrite: p.DefaultPrice.Input,
 			Output: p.DefaultPrice.Output,
 		}
 	}
 	return pol, nil
 }
+
+// Pricer is the pricer this instance charges with (its pricing file and
+// defaultPrice included). A cost limit estimates with it, so that what it
+// reserves and what llm-cost charges use one price.
+func (p *policy) Pricer() pricing.Pricer { return &p.pricer }
 
 // OnRequest admits every request; llm-cost only observes.
 func (p *policy) OnRequest(*policies.Call) *gwerror.Error { return nil }
@@ -174,10 +201,8 @@ func (p *policy) price(c *policies.Call, u *llmapi.Usage) (float64, string) {
 	case !authoritative(u):
 		status = StatusNoUsage
 	default:
-		if m, ok := p.catalog.Resolve(model); ok {
+		if m, ok := p.pricer.Resolve(model); ok {
 			cost, status, priced = m.Price.Cost(u), StatusCalculated, m.Name
-		} else if p.defaultPrice != nil {
-			cost, status, priced = p.defaultPrice.Cost(u), StatusCalculated, "default"
 		} else {
 			status = StatusUnpriced
 		}

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"sluice/gwerror"
+	"sluice/internal/satmath"
 	"sluice/policies"
+	"sluice/pricing"
 	"sluice/sharedctx"
 )
 
@@ -138,6 +140,17 @@ func (p *AdvancedParams) Validate() error {
 		if ce := q.CostExtraction; ce != nil && ce.Source == "metadata" && ce.Key == "" {
 			errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "costExtraction", "key"), Message: "source metadata needs a key"})
 		}
+		if ce := q.CostExtraction; ce != nil {
+			for _, m := range []struct {
+				name string
+				v    float64
+			}{{"promptMultiplier", ce.PromptMultiplier}, {"completionMultiplier", ce.CompletionMultiplier},
+				{"totalMultiplier", ce.TotalMultiplier}, {"multiplier", ce.Multiplier}} {
+				if math.IsInf(m.v, 0) || math.IsNaN(m.v) {
+					errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "costExtraction", m.name), Message: "must be a finite number"})
+				}
+			}
+		}
 	}
 	if r := p.OnRateLimitExceeded; r != nil && r.Body != "" && !json.Valid([]byte(r.Body)) {
 		errs = append(errs, &policies.ParamError{Path: []string{"onRateLimitExceeded", "body"}, Message: "body must be valid JSON"})
@@ -182,12 +195,32 @@ type Advanced struct {
 	// shared: every quota has the same key extraction (one scope, standard keys).
 	shared   bool
 	exceeded *ExceededResponse
+	// costQuota: a quota settles with x-llm-cost; pricer is then the linked
+	// llm-cost's (LinkChain), which must price the request's model.
+	costQuota bool
+	pricer    pricing.Pricer
 }
 
 var (
-	_ policies.Finalizer = (*Advanced)(nil)
-	_ QuotaReporter      = (*Advanced)(nil)
+	_ policies.Finalizer   = (*Advanced)(nil)
+	_ policies.ChainLinker = (*Advanced)(nil)
+	_ QuotaReporter        = (*Advanced)(nil)
 )
+
+// LinkChain links an instance with a quota that settles with x-llm-cost to
+// the llm-cost whose cost it reads (LinkedPricer), so that a model without a
+// price is refused instead of settling at the 1-unit reservation.
+func (a *Advanced) LinkChain(entries []policies.Entry, self int) error {
+	if !a.costQuota {
+		return nil
+	}
+	pr, ok := LinkedPricer(entries, self)
+	if !ok {
+		return ErrNoPricer
+	}
+	a.pricer = pr
+	return nil
+}
 
 func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
 	a := &Advanced{svc: svc, route: route, shared: true, exceeded: p.OnRateLimitExceeded}
@@ -210,6 +243,7 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 				meters[qi].Unit = UnitTokens
 			case "metadata":
 				rt.src, rt.needsMetadata, rt.metaKey = srcMetadata, true, ce.Key
+				a.costQuota = a.costQuota || ce.Key == sharedctx.KeyLLMCost
 				if ce.Multiplier > 0 {
 					rt.mult = ce.Multiplier
 				}
@@ -235,7 +269,7 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 			counters = append(counters, Counter{Meter: qi, Limit: lim})
 		}
 	}
-	opts := Options{Policy: AdvancedName, Route: route, Services: svc, Meters: meters, Counters: counters}
+	opts := Options{Policy: AdvancedName, Route: route, Services: svc, Meters: meters, Counters: counters, Scope: ScopeQuota}
 	if !a.shared {
 		// Quotas keyed differently cannot share a hash tag built from their own
 		// keys; the route name is the tag and each quota's key follows the period.
@@ -330,8 +364,14 @@ func (a *Advanced) scope(c *policies.Call) *Scope {
 
 func identity(s string) string { return s }
 
-// OnRequest reserves every quota's estimate.
+// OnRequest reserves every quota's estimate; with a quota that settles with
+// x-llm-cost, a model the linked llm-cost cannot price is refused first.
 func (a *Advanced) OnRequest(c *policies.Call) *gwerror.Error {
+	if a.pricer != nil {
+		if _, ok := a.pricer.Resolve(RequestModel(c)); !ok {
+			return ModelNotPriced(AdvancedName, a.route.RouteName, RequestModel(c))
+		}
+	}
 	adm := Admission{Scope: a.scope(c), Counters: a.eng.AllCounters()}
 	for i := range a.quotas {
 		q := &a.quotas[i]
@@ -342,7 +382,8 @@ func (a *Advanced) OnRequest(c *policies.Call) *gwerror.Error {
 				adm.Amounts[i] = PromptTokens(c, a.svc.Tokens)
 			}
 		case srcResponse:
-			adm.Amounts[i] = int64(math.Ceil(float64(PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm)))
+			// Saturating: a product beyond int64 cannot fit any counter.
+			adm.Amounts[i] = satmath.Ceil(float64(PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm))
 		case srcMetadata:
 			adm.Amounts[i] = 1
 		}
@@ -376,7 +417,7 @@ func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation,
 			if !u.Complete() {
 				return false
 			}
-			am[i] = int64(math.Ceil(float64(u.PromptTokens)*q.pm + float64(u.CompletionTokens)*q.cm + float64(u.TotalTokens)*q.tm - 1e-9))
+			am[i] = satmath.Ceil(float64(u.PromptTokens)*q.pm + float64(u.CompletionTokens)*q.cm + float64(u.TotalTokens)*q.tm - 1e-9)
 		case srcMetadata:
 			if q.metaKey == sharedctx.KeyLLMCost && c.Shared.String(sharedctx.KeyLLMCostStatus) != "calculated" {
 				return false
@@ -385,7 +426,7 @@ func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation,
 			if !ok || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 				return false
 			}
-			am[i] = int64(math.Ceil(v*q.mult - 1e-9))
+			am[i] = satmath.Ceil(v*q.mult - 1e-9)
 		}
 	}
 	return true

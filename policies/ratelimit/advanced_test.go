@@ -1,9 +1,11 @@
 package ratelimit_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/llmcost"
 	"sluice/policies/ratelimit"
@@ -139,4 +141,27 @@ func TestAdvancedReleaseOnLaterRejection(t *testing.T) {
 	if got := h.Remaining("{r}:advanced-ratelimit:q:bucket-1m", bucket(3, time.Minute)); got != 3 {
 		t.Fatalf("remaining %d, want 3", got)
 	}
+}
+
+// TestAdvancedCostQuotaNeedsAPricer: a quota that settles with x-llm-cost
+// links to the llm-cost after it and refuses a model it cannot price; with
+// no llm-cost after it the chain does not build.
+func TestAdvancedCostQuotaNeedsAPricer(t *testing.T) {
+	costQuota := map[string]any{"quotas": []any{quota("spend", 1_000_000, "1d", map[string]any{
+		"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1000000}})}}
+	h := ratelimittest.New(t, ratelimit.Definition(), llmcost.Definition())
+	if _, err := h.BuildChain(route, ratelimittest.Entry(llmcost.Name, nil), ratelimittest.Entry(ratelimit.AdvancedName, costQuota)); err == nil ||
+		!strings.Contains(err.Error(), "no llm-cost after it") {
+		t.Fatalf("llm-cost before the quota: want a chain error, got %v", err)
+	}
+	ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, costQuota), ratelimittest.Entry(llmcost.Name, nil))
+	gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "no-such-model"}), ratelimittest.Completed(nil))
+	if gerr == nil || gerr.Status != 400 || gerr.Code != gwerror.CodeModelNotPriced || gerr.Policy != ratelimit.AdvancedName {
+		t.Fatalf("unpriced model: %v", gerr)
+	}
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "gpt-4o"}), ratelimittest.Completed(nil)); gerr != nil {
+		t.Fatalf("priced model: %v", gerr)
+	}
+	// A quota that does not read x-llm-cost needs no llm-cost.
+	h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{quota("q", 5, "1m", nil)}}))
 }

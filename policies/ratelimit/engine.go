@@ -21,7 +21,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/dialect"
 	"sluice/gwerror"
+	"sluice/internal/satmath"
 	"sluice/policies"
 	"sluice/policies/ratelimit/store"
 	"sluice/sharedctx"
@@ -46,7 +48,23 @@ type Options struct {
 	// Key, when set, builds the key of counter i for a scope (advanced-ratelimit
 	// uses it for quotas with their own key extraction). Default: StandardKey.
 	Key func(scope string, counter int) string
+	// Scope says what the engine's scopes are, for denial messages and
+	// X-Sluice-Policy (default ScopeRoute).
+	Scope ScopeKind
 }
+
+// ScopeKind is what an engine's counter scopes stand for.
+type ScopeKind uint8
+
+const (
+	// ScopeRoute: one counter set shared by every application on the route.
+	ScopeRoute ScopeKind = iota
+	// ScopeApplication: one counter set per application (Scope.ID is the
+	// application id, or "default").
+	ScopeApplication
+	// ScopeQuota: advanced-ratelimit quotas with their own keys.
+	ScopeQuota
+)
 
 // Engine reserves and resolves one policy instance's counters. It is safe for
 // concurrent use.
@@ -62,6 +80,8 @@ type Engine struct {
 	// standardKeys: keyFn is StandardKey, so a scope's counters share its
 	// hash tag and are kept in one store group (Scope.Group).
 	standardKeys bool
+	scopeKind    ScopeKind
+	now          func() time.Time
 
 	scopes    sync.Map // scope id -> *Scope
 	scopeN    atomic.Int64
@@ -75,6 +95,9 @@ type Engine struct {
 // the engine under it, and the store.Debit.Group they are kept in. Immutable
 // once built.
 type Scope struct {
+	// ID is what Engine.Scope was called with (the application id of a
+	// consumer scope).
+	ID   string
 	Name string
 	Keys []string
 	// Group is "{scope}:<policy>" with the standard keys; empty with a custom
@@ -104,14 +127,19 @@ func New(o Options) (*Engine, error) {
 		logger = slog.Default()
 	}
 	e := &Engine{
-		policy:   o.Policy,
-		route:    o.Route,
-		slot:     sharedctx.InstanceKey(o.Route.InstanceID, ReservationSlot),
-		counters: o.Counters,
-		meters:   o.Meters,
-		store:    svc.Counters,
-		logger:   logger,
-		keyFn:    o.Key,
+		policy:    o.Policy,
+		route:     o.Route,
+		slot:      sharedctx.InstanceKey(o.Route.InstanceID, ReservationSlot),
+		counters:  o.Counters,
+		meters:    o.Meters,
+		store:     svc.Counters,
+		logger:    logger,
+		keyFn:     o.Key,
+		scopeKind: o.Scope,
+		now:       svc.Now,
+	}
+	if e.now == nil {
+		e.now = time.Now
 	}
 	if e.keyFn == nil {
 		e.keyFn = e.StandardKey
@@ -165,7 +193,7 @@ func (e *Engine) Scope(id string, name func(id string) string) *Scope {
 	if v, ok := e.scopes.Load(id); ok {
 		return v.(*Scope)
 	}
-	s := &Scope{Name: name(id), Keys: make([]string, len(e.counters))}
+	s := &Scope{ID: id, Name: name(id), Keys: make([]string, len(e.counters))}
 	for i := range e.counters {
 		s.Keys[i] = e.keyFn(s.Name, i)
 	}
@@ -189,7 +217,10 @@ type Admission struct {
 	// Amounts is the estimate per meter, excluding the output reservation.
 	Amounts Amounts
 	// Output is the output tokens reserved per choice, Choices the number of
-	// choices; Output*Choices is added to every meter in OutputMeters (a bit mask).
+	// choices; Output*Choices is added to every meter in OutputMeters (a bit
+	// mask). The arithmetic saturates: an amount that does not fit in int64 is
+	// math.MaxInt64, more than any counter holds, so the request is denied as
+	// one that can never be admitted.
 	Output       int64
 	Choices      int64
 	OutputMeters uint32
@@ -201,13 +232,13 @@ type Admission struct {
 func (a *Admission) amount(m int) int64 {
 	v := a.Amounts[m]
 	if a.OutputMeters&(1<<uint(m)) != 0 {
-		v += a.Output * a.Choices
+		v = satmath.Add(v, satmath.Mul(a.Output, a.Choices))
 	}
 	return v
 }
 
 // Reserve charges a, all or nothing, stores the reservation in the request's
-// Metadata and sets the x-ratelimit-* client headers. When this instance
+// Metadata and records its counters in the request's Limits. When this instance
 // already holds a reservation for the request (a retried request phase), that
 // one is returned and nothing is charged again. A denial is a 429 (or the
 // store's 503) *gwerror.Error; nothing was charged.
@@ -303,10 +334,10 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 			}
 			continue
 		}
-		base := db.Amount - a.Output*a.Choices
-		fit := (rem - base) / a.Choices
-		if rem-base < 0 {
-			fit = 0
+		// What the counter affords beyond the rest of the estimate, per choice.
+		base, fit := a.Amounts[e.counters[r.sel[i]].Meter], int64(0)
+		if rem > base {
+			fit = (rem - base) / a.Choices
 		}
 		best = min(best, fit)
 	}
@@ -337,7 +368,13 @@ func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {
 	return g
 }
 
-// denial builds the 429 for the first counter that could not be afforded.
+// denial builds the 429 for the first counter that could not be afforded:
+// its message names the scope that denied and when the counter resets, its
+// headers report that counter as a 200 would (x-ratelimit-reset-* is the
+// time until it is full again or its window ends, Retry-After the time until
+// this request could be afforded), and x-should-retry tells SDKs whether a
+// retry is worth it: yes for a rate whose wait is at most MaxRetryWait, no
+// for a budget, a longer wait, or a request that can never fit.
 func (e *Engine) denial(r *Reservation, a *Admission, res *store.Result) *gwerror.Error {
 	d := max(res.Denied, 0)
 	cnt := e.counters[r.sel[d]]
@@ -350,12 +387,18 @@ func (e *Engine) denial(r *Reservation, a *Admission, res *store.Result) *gwerro
 	if IsBudget(meter.Unit, cnt.Limit) {
 		code, reason = gwerror.CodeBudgetExceeded, reasonBudget
 	}
-	g := &gwerror.Error{Status: http.StatusTooManyRequests, Type: gwerror.TypeRateLimit, Code: code, Policy: e.policy}
-	need := r.debits[d].Amount
+	g := &gwerror.Error{Status: http.StatusTooManyRequests, Type: gwerror.TypeRateLimit, Code: code, Policy: e.policy,
+		Scope: e.scopeLabel(meter), ShouldRetry: gwerror.RetryNo}
+	now := e.now()
+	if d < len(res.Remaining) {
+		g.Limits.Set(kindOf(meter), dialect.Counter{Limit: cnt.Limit.Max, Remaining: res.Remaining[d], Reset: res.ResetAfter[d], At: now})
+	}
+	need := a.amount(cnt.Meter) // the debit itself may be capped (Reservation.fill)
+	where := e.scopePhrase(a.Scope, meter)
 	if res.Never {
 		e.m.denied[reasonNever].Inc()
 		g.Message = fmt.Sprintf("%s: this request needs %s of %s, more than the limit of %s %s for %s; it can never be admitted",
-			e.policy, formatUnits(meter.Unit, need), what, formatUnits(meter.Unit, cnt.Limit.Max), HumanPeriod(cnt.Limit), a.Scope.Name)
+			e.policy, formatUnits(meter.Unit, need), what, formatUnits(meter.Unit, cnt.Limit.Max), HumanPeriod(cnt.Limit), where)
 		return g
 	}
 	e.m.denied[reason].Inc()
@@ -363,152 +406,100 @@ func (e *Engine) denial(r *Reservation, a *Admission, res *store.Result) *gwerro
 	kind := "rate limit"
 	if reason == reasonBudget {
 		kind = "budget"
+	} else if g.RetryAfter <= MaxRetryWait {
+		g.ShouldRetry = gwerror.RetryYes
 	}
-	g.Message = fmt.Sprintf("%s: %s exceeded for %s: limit %s %s; this request needs %s",
-		e.policy, kind, what, formatUnits(meter.Unit, cnt.Limit.Max), HumanPeriod(cnt.Limit), formatUnits(meter.Unit, need))
-	if g.RetryAfter > 0 {
+	g.Message = fmt.Sprintf("%s: %s exceeded for %s: %s limit %s %s; this request needs %s",
+		e.policy, kind, where, what, formatUnits(meter.Unit, cnt.Limit.Max), HumanPeriod(cnt.Limit), formatUnits(meter.Unit, need))
+	if reason == reasonRate && g.RetryAfter > 0 {
 		g.Message += fmt.Sprintf("; retry after %ds", int64((g.RetryAfter+time.Second-1)/time.Second))
 	}
-	g.Header = http.Header{}
-	if d < len(res.Remaining) {
-		setUnitHeaders(g.Header, meter.Unit, cnt.Limit.Max, res.Remaining[d], res.RetryAfter, false)
+	if d < len(res.ResetAfter) {
+		g.Message += "; resets at " + ceilSecond(now.Add(max(res.ResetAfter[d], 0))).UTC().Format(time.RFC3339)
 	}
 	return g
 }
 
+// MaxRetryWait is the longest Retry-After of a rate denial that still tells
+// SDKs to retry (x-should-retry: true); longer waits, like budgets, say false
+// so that a client does not sleep for hours inside one call.
+const MaxRetryWait = 60 * time.Second
+
+// scopeLabel is the scope parameter of X-Sluice-Policy for a denial by a
+// counter of meter.
+func (e *Engine) scopeLabel(meter Meter) string {
+	switch e.scopeKind {
+	case ScopeApplication:
+		return "application"
+	case ScopeQuota:
+		return meter.Name
+	}
+	return "route"
+}
+
+// scopePhrase names the denying scope in a message.
+func (e *Engine) scopePhrase(s *Scope, meter Meter) string {
+	switch e.scopeKind {
+	case ScopeApplication:
+		return "application " + s.ID + " on route " + e.route.RouteName
+	case ScopeQuota:
+		return "quota " + meter.Name + " on route " + e.route.RouteName
+	}
+	return "route " + e.route.RouteName + " (shared by every application)"
+}
+
 func formatUnits(u Unit, n int64) string {
 	if u == UnitUSDMicros {
-		return "$" + strconv.FormatFloat(float64(n)/1e6, 'f', -1, 64)
+		return "$" + dialect.Dollars(n)
 	}
 	return strconv.FormatInt(n, 10) + " " + string(u)
 }
 
-// Canonical header names (written pre-canonicalised to avoid per-request work).
-const (
-	hLimitTokens       = "X-Ratelimit-Limit-Tokens"
-	hRemainingTokens   = "X-Ratelimit-Remaining-Tokens"
-	hResetTokens       = "X-Ratelimit-Reset-Tokens"
-	hLimitRequests     = "X-Ratelimit-Limit-Requests"
-	hRemainingRequests = "X-Ratelimit-Remaining-Requests"
-	hResetRequests     = "X-Ratelimit-Reset-Requests"
-	hCostLimit         = "X-Ratelimit-Cost-Limit-Dollars"
-	hCostRemaining     = "X-Ratelimit-Cost-Remaining-Dollars"
-)
+// kindOf is the header kind that reports meter's counters: its own Kind, or
+// by unit (tokens, requests, cost).
+func kindOf(m Meter) dialect.Kind {
+	if m.Kind != 0 {
+		return m.Kind
+	}
+	switch m.Unit {
+	case UnitRequests:
+		return dialect.Requests
+	case UnitUSDMicros:
+		return dialect.Cost
+	}
+	return dialect.Tokens
+}
 
-// setHeaders writes, per unit, the tightest (lowest remaining) counter of the
-// reservation, unless an earlier instance already wrote a tighter one.
+// setHeaders records, per header kind, the tightest (lowest remaining)
+// counter of the reservation in the request's Limits, unless an earlier
+// instance already recorded a tighter one.
 func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *store.Result) {
-	var best [3]int
-	best[0], best[1], best[2] = -1, -1, -1
+	now := e.now()
+	lim := c.Limits()
 	for i := range r.debits {
-		u := unitIndex(e.meters[e.counters[r.sel[i]].Meter].Unit)
-		if best[u] < 0 || res.Remaining[i] < res.Remaining[best[u]] {
-			best[u] = i
-		}
-	}
-	if c.ClientHeader == nil {
-		c.ClientHeader = http.Header{}
-	}
-	for u, i := range best {
-		if i < 0 {
-			continue
-		}
-		unit := units[u]
-		setUnitHeaders(c.ClientHeader, unit, e.counters[r.sel[i]].Limit.Max, res.Remaining[i], res.ResetAfter[i], true)
+		cnt := e.counters[r.sel[i]]
+		lim.Offer(kindOf(e.meters[cnt.Meter]), dialect.Counter{Limit: cnt.Limit.Max, Remaining: res.Remaining[i], Reset: res.ResetAfter[i], At: now})
 	}
 }
 
-var units = [3]Unit{UnitTokens, UnitRequests, UnitUSDMicros}
-
-// clearHeaders removes the x-ratelimit-* headers of every unit r counts. It
-// runs when a later policy rejected the request: r was released, so the
-// admission figures this or another instance wrote no longer hold; the denying
-// policy's own headers travel in its error, not in ClientHeader.
+// clearHeaders forgets the rate-limit state of every kind r counts. It runs
+// when a later policy rejected the request: r was released, so the admission
+// figures this or another instance recorded no longer hold; the denying
+// policy's own counters travel in its error.
 func (e *Engine) clearHeaders(c *policies.Call, r *Reservation) {
-	if c.ClientHeader == nil {
-		return
-	}
+	lim := c.Limits()
 	for i := range r.debits {
-		switch e.meters[e.counters[r.sel[i]].Meter].Unit {
-		case UnitRequests:
-			delete(c.ClientHeader, hLimitRequests)
-			delete(c.ClientHeader, hRemainingRequests)
-			delete(c.ClientHeader, hResetRequests)
-		case UnitUSDMicros:
-			delete(c.ClientHeader, hCostLimit)
-			delete(c.ClientHeader, hCostRemaining)
-		default:
-			delete(c.ClientHeader, hLimitTokens)
-			delete(c.ClientHeader, hRemainingTokens)
-			delete(c.ClientHeader, hResetTokens)
-		}
+		lim.Clear(kindOf(e.meters[e.counters[r.sel[i]].Meter]))
 	}
 }
 
-func unitIndex(u Unit) int {
-	switch u {
-	case UnitRequests:
-		return 1
-	case UnitUSDMicros:
-		return 2
+func ceilSecond(t time.Time) time.Time {
+	if tr := t.Truncate(time.Second); !tr.Equal(t) {
+		return tr.Add(time.Second)
 	}
-	return 0
+	return t
 }
 
-// setUnitHeaders writes the x-ratelimit-* headers of one unit. With onlyTighter
-// it leaves headers alone that already report a lower remaining.
-func setUnitHeaders(h http.Header, u Unit, limit, remaining int64, reset time.Duration, onlyTighter bool) {
-	remaining = max(remaining, 0)
-	switch u {
-	case UnitUSDMicros:
-		if onlyTighter {
-			if old, ok := h[hCostRemaining]; ok && len(old) > 0 {
-				if v, err := strconv.ParseFloat(old[0], 64); err == nil && v*1e6 <= float64(remaining) {
-					return
-				}
-			}
-		}
-		h[hCostLimit] = []string{dollars(limit)}
-		h[hCostRemaining] = []string{dollars(remaining)}
-	case UnitRequests:
-		if onlyTighter && !tighter(h, hRemainingRequests, remaining) {
-			return
-		}
-		h[hLimitRequests] = []string{strconv.FormatInt(limit, 10)}
-		h[hRemainingRequests] = []string{strconv.FormatInt(remaining, 10)}
-		h[hResetRequests] = []string{ResetString(reset)}
-	default:
-		if onlyTighter && !tighter(h, hRemainingTokens, remaining) {
-			return
-		}
-		h[hLimitTokens] = []string{strconv.FormatInt(limit, 10)}
-		h[hRemainingTokens] = []string{strconv.FormatInt(remaining, 10)}
-		h[hResetTokens] = []string{ResetString(reset)}
-	}
-}
-
-func tighter(h http.Header, key string, remaining int64) bool {
-	old, ok := h[key]
-	if !ok || len(old) == 0 {
-		return true
-	}
-	v, err := strconv.ParseInt(old[0], 10, 64)
-	return err != nil || remaining < v
-}
-
-func dollars(micros int64) string {
-	return strconv.FormatFloat(float64(micros)/1e6, 'f', -1, 64)
-}
-
-// ResetString formats a reset delay the way OpenAI does: Go duration syntax,
-// milliseconds below one second ("250ms"), whole seconds above ("6m0s", "1s"),
-// always rounded up.
-func ResetString(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	if d < time.Second {
-		return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
-	}
-	return ((d + time.Second - 1) / time.Second * time.Second).String()
-}
+// ResetString formats a reset delay the way OpenAI does (see
+// dialect.ResetString).
+func ResetString(d time.Duration) string { return dialect.ResetString(d) }

@@ -1,13 +1,17 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 
+	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
+	"sluice/pricing"
 	"sluice/sharedctx"
 	"sluice/tokencount"
 )
@@ -49,6 +53,14 @@ func NewScoper(route string, consumer bool) *Scoper {
 		s.name = func(string) string { return route }
 	}
 	return s
+}
+
+// ScopeKindOf is the ScopeKind of a backend (false) or consumer (true) limit.
+func ScopeKindOf(consumerBased bool) ScopeKind {
+	if consumerBased {
+		return ScopeApplication
+	}
+	return ScopeRoute
 }
 
 // ID returns the scope id of the request: "" for a backend limit, the
@@ -132,7 +144,8 @@ func RequestModel(c *policies.Call) string {
 }
 
 // OutputBound returns the request's output bound per choice after applying
-// maxOutput (0: no cap), and the number of choices. Endpoints without output
+// maxOutput (0: no cap), and the number of choices the upstream generates (n
+// per prompt of a batch, llmapi.Request.Choices). Endpoints without output
 // (embeddings) and requests without a body have bound 0 and 1 choice.
 func OutputBound(c *policies.Call, maxOutput int64) (perChoice int64, choices int64, applicable bool) {
 	if c.Request == nil || c.Request.LLM == nil || c.Request.LLM.Endpoint == llmapi.Embeddings {
@@ -143,7 +156,7 @@ func OutputBound(c *policies.Call, maxOutput int64) (perChoice int64, choices in
 	if maxOutput > 0 && (want == 0 || want > maxOutput) {
 		want = maxOutput
 	}
-	return want, int64(max(llm.N, 1)), true
+	return want, int64(max(llm.Choices(), 1)), true
 }
 
 // ApplyOutputBound rewrites the request's max tokens to n when it differs.
@@ -168,4 +181,38 @@ func ParamPath(parts ...any) []string {
 		}
 	}
 	return out
+}
+
+// PricerSource is implemented by llm-cost: the pricer it charges with (the
+// gateway's catalog, its pricing file, its defaultPrice).
+type PricerSource interface {
+	Pricer() pricing.Pricer
+}
+
+// LinkedPricer returns the pricer of the first PricerSource after entries[self]:
+// final phases run in reverse list order, so that is the instance whose
+// x-llm-cost the policy at self reads, and its pricer is the one an estimate
+// must use. ok is false when no member after self prices.
+func LinkedPricer(entries []policies.Entry, self int) (p pricing.Pricer, ok bool) {
+	for _, e := range entries[self+1:] {
+		if ps, ok := e.Policy.(PricerSource); ok {
+			return ps.Pricer(), true
+		}
+	}
+	return nil, false
+}
+
+// ErrNoPricer is the LinkChain error of a cost limit without an llm-cost
+// after it.
+var ErrNoPricer = errors.New("no llm-cost after it in the chain to price its requests; list llm-cost after " +
+	"the cost limit (final phases run in reverse order)")
+
+// ModelNotPriced is the 400 a cost limit answers for a model its pricer
+// cannot price: the budget cannot be kept on spend it cannot count.
+func ModelNotPriced(policy, route, model string) *gwerror.Error {
+	return &gwerror.Error{Status: http.StatusBadRequest, Type: gwerror.TypeInvalidRequest, Code: gwerror.CodeModelNotPriced,
+		Param: "model", Policy: policy,
+		Message: fmt.Sprintf("%s: model %q has no price, so route %s cannot keep its budget for it; "+
+			"add the model to a pricing file (llm-cost pricingFile or the gateway's --pricing) or set llm-cost defaultPrice",
+			policy, model, route)}
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"sluice/dialect"
 	"sluice/policies"
 	"sluice/policies/ratelimit/store"
 )
@@ -31,6 +32,9 @@ type Meter struct {
 	// Name appears in counter keys, error messages and quota reports.
 	Name string
 	Unit Unit
+	// Kind is the rate-limit header family that reports the meter's counters
+	// (0: by Unit: tokens, requests or cost).
+	Kind dialect.Kind
 }
 
 // Counter is one configured limit of an engine: a meter, its capacity and

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/internal/satmath"
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/ratelimit/store"
@@ -59,7 +60,10 @@ func (e *Engine) newReservation(a *Admission) *Reservation {
 	return r
 }
 
-// fill (re)computes the debits of a.
+// fill (re)computes the debits of a. A debit above its counter's capacity is
+// capped at capacity + 1: it is denied as one that can never be admitted all
+// the same, and the store's arithmetic never sees an amount that could
+// overflow when added to a counter.
 func (r *Reservation) fill(e *Engine, a *Admission) {
 	n := len(a.Counters)
 	r.sel = a.Counters
@@ -74,7 +78,8 @@ func (r *Reservation) fill(e *Engine, a *Admission) {
 	}
 	for j, i := range a.Counters {
 		c := e.counters[i]
-		r.debits[j] = store.Debit{Key: a.Scope.Keys[i], Group: a.Scope.Group, Limit: c.Limit, Amount: a.amount(c.Meter)}
+		amount := min(a.amount(c.Meter), satmath.Add(c.Limit.Max, 1))
+		r.debits[j] = store.Debit{Key: a.Scope.Keys[i], Group: a.Scope.Group, Limit: c.Limit, Amount: amount}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/ratelimit"
@@ -40,12 +41,14 @@ type Params struct {
 	// for durations under 1 day, a UTC-aligned fixed window for longer ones.
 	Algorithm string `json:"algorithm,omitempty" jsonschema:"enum=token-bucket,enum=fixed-window,enum=calendar"`
 	// ReserveOutput: none (default) reserves only the prompt estimate;
-	// maxTokens also reserves the request's max tokens times n.
+	// maxTokens also reserves the request's max tokens times its number of
+	// choices (n per prompt; a batched completions prompt counts each prompt).
 	ReserveOutput string `json:"reserveOutput,omitempty" jsonschema:"enum=none,enum=maxTokens"`
 	// MaxOutputTokens caps the request's max tokens (set when absent or
 	// higher). With reserveOutput maxTokens the bound is also lowered to what
-	// the limits still afford, when that is at least 1.
-	MaxOutputTokens int64 `json:"maxOutputTokens,omitempty" jsonschema:"minimum=1"`
+	// the limits still afford, when that is at least 1. At most 10000000, the
+	// largest bound the gateway accepts in a request.
+	MaxOutputTokens int64 `json:"maxOutputTokens,omitempty" jsonschema:"minimum=1,maximum=10000000"`
 	// ModelRules adds limits for models matching an exact name or a prefix
 	// ending in "*". At most one rule applies (exact beats prefix, the longest
 	// prefix wins); a request then debits the policy's limits and the rule's.
@@ -238,10 +241,11 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	}
 	eng, err := ratelimit.New(ratelimit.Options{
 		Policy: Name, Route: route, Services: svc, Counters: counters,
+		Scope: ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{
-			{Name: "prompt", Unit: ratelimit.UnitTokens},
-			{Name: "completion", Unit: ratelimit.UnitTokens},
-			{Name: "total", Unit: ratelimit.UnitTokens},
+			{Name: "prompt", Unit: ratelimit.UnitTokens, Kind: dialect.InputTokens},
+			{Name: "completion", Unit: ratelimit.UnitTokens, Kind: dialect.OutputTokens},
+			{Name: "total", Unit: ratelimit.UnitTokens, Kind: dialect.Tokens},
 		},
 	})
 	if err != nil {

@@ -369,7 +369,7 @@ func TestHeadersKeepTightest(t *testing.T) {
 	if gerr, _ := h.Do(ch, call, ratelimittest.Completed(nil)); gerr != nil {
 		t.Fatal(gerr)
 	}
-	hd := call.ClientHeader
+	hd := ratelimittest.RateHeaders(call)
 	if hd.Get("x-ratelimit-limit-tokens") != "1000" || hd.Get("x-ratelimit-remaining-tokens") != "900" {
 		t.Fatalf("headers %v", hd)
 	}

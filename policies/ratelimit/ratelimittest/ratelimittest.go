@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
@@ -215,4 +216,20 @@ func match(m *dto.Metric, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// RateHeaders renders the request's rate-limit state as the OpenAI-dialect
+// headers the gateway would send with a success.
+func RateHeaders(c *policies.Call) http.Header {
+	h := http.Header{}
+	c.Limits().WriteHeader(h, dialect.OpenAI)
+	return h
+}
+
+// DenialHeaders renders a denial's own rate-limit counters as OpenAI-dialect
+// headers.
+func DenialHeaders(g *gwerror.Error) http.Header {
+	h := http.Header{}
+	g.Limits.WriteHeader(h, dialect.OpenAI)
+	return h
 }
