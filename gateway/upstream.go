@@ -180,11 +180,13 @@ func connectionTokens(h http.Header) []string {
 }
 
 // copyResponseHeader copies an upstream response header to the client, minus
-// hop-by-hop and framing headers.
+// hop-by-hop and framing headers and the provider's CORS headers: which
+// origins may read an answer is the route's cors setting, not the
+// provider's.
 func copyResponseHeader(dst, src http.Header) {
 	conn := connectionTokens(src)
 	for k, vs := range src {
-		if isHopHeader(k, conn) || k == "Content-Length" {
+		if isHopHeader(k, conn) || k == "Content-Length" || strings.HasPrefix(k, "Access-Control-") {
 			continue
 		}
 		dst[k] = vs
