@@ -144,8 +144,10 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	// The watcher reads its baseline before the gateway says it listens, so
-	// an edit made as soon as it answers is seen as a change.
+	// SIGHUP and the file watcher are set up before the gateway says it
+	// listens: a SIGHUP that came earlier would end the process (its default
+	// action), and a file written earlier would be the watcher's baseline,
+	// its change never seen.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -64,6 +64,43 @@ func TestStoreFailures(t *testing.T) {
 	}
 }
 
+// peekStore answers peeks as a store whose shared counters cannot be read
+// would: failing, or from a local fallback (Result.Local).
+type peekStore struct {
+	store.Store
+	fail, local bool
+}
+
+func (p *peekStore) Peek(ctx context.Context, d []store.Debit, r *store.Result) error {
+	if p.fail {
+		return fmt.Errorf("%w: NOAUTH Authentication required.", store.ErrUnavailable)
+	}
+	err := p.Store.Peek(ctx, d, r)
+	r.Local = p.local
+	return err
+}
+
+// The quota report leaves out the lines of a policy whose counters cannot
+// be read from the shared store: a failed peek, and figures of a local
+// fallback, which count only this gateway's charges since the failure.
+func TestQuotaLeavesOutUnreadCounters(t *testing.T) {
+	h := ratelimittest.New(t, ratelimit.Definition())
+	ps := &peekStore{Store: h.Store}
+	h.Svc.Counters = ps
+	ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{quota("q", 10, "1m", nil)}}))
+	qr := ch.Entries()[0].Policy.(ratelimit.QuotaReporter)
+	for _, tc := range []struct {
+		name        string
+		fail, local bool
+		lines       int
+	}{{"shared counters", false, false, 1}, {"failed", true, false, 0}, {"local fallback", false, true, 0}} {
+		ps.fail, ps.local = tc.fail, tc.local
+		if got := len(qr.Quota(h.Call(route, ratelimittest.Req{}))); got != tc.lines {
+			t.Errorf("%s: %d lines, want %d", tc.name, got, tc.lines)
+		}
+	}
+}
+
 func TestLimitFor(t *testing.T) {
 	cases := []struct {
 		alg    string

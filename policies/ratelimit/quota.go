@@ -32,14 +32,16 @@ type QuotaLine struct {
 }
 
 // Quota peeks counters sel under scope and reports them. A store failure
-// yields no lines (the endpoint reports what it can).
+// yields no lines (the endpoint reports what it can), and so do figures
+// from the store's local fallback (store.Result.Local): they count only
+// this gateway's charges since the failure began, not the shared counters.
 func (e *Engine) Quota(ctx context.Context, scope *Scope, sel []int) []QuotaLine {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	res := e.results.Get().(*store.Result)
 	defer e.results.Put(res)
-	if err := e.Peek(ctx, scope, sel, res); err != nil {
+	if err := e.Peek(ctx, scope, sel, res); err != nil || res.Local {
 		return nil
 	}
 	out := make([]QuotaLine, 0, len(sel))

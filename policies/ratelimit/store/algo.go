@@ -93,37 +93,42 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// State is one counter's stored state. For TokenBucket, Level is the level
-// in units and Stamp the µs of its last update. For windows, Stamp is the
-// window start (Unix seconds) and Used the units charged in it.
+// State is one counter's stored state. For TokenBucket, Consumed is the
+// units taken from the bucket and not yet refilled (0 is full; above Max is
+// debt) and Stamp the µs of its last update: what is stored does not depend
+// on Max, so a limit edited between two operations applies to the usage
+// already counted (remaining = Max - consumed under the current Max). For
+// windows, Stamp is the window start (Unix seconds) and Used the units
+// charged in it.
 type State struct {
-	Level float64
-	Stamp int64
-	Used  int64
+	Consumed float64
+	Stamp    int64
+	Used     int64
 }
 
-// Absent is the state equivalent to no stored state at nowUS: a full bucket,
-// or an empty current window.
+// Absent is the state equivalent to no stored state at nowUS: a full bucket
+// (nothing consumed), or an empty current window.
 func Absent(l Limit, nowUS int64) State {
 	if l.Algorithm == TokenBucket {
-		return State{Level: float64(l.Max), Stamp: nowUS}
+		return State{Stamp: nowUS}
 	}
 	ws, _ := WindowBounds(l.Algorithm, l.Period, nowUS)
 	return State{Stamp: ws}
 }
 
-// Advance brings a stored state to nowUS. A bucket refills:
-// level = min(Max, level + (now - ts) * Max / period_us), ts = now. A clock
-// that went backwards refills nothing and keeps the later ts (with a monotonic
-// clock this is exactly the formula above). A window whose start is not the
-// current window's counts as an empty current window.
+// Advance brings a stored state to nowUS. A bucket drains what was consumed
+// at Max per period: consumed = max(0, consumed - (now - ts) * Max /
+// period_us), ts = now. A clock that went backwards drains nothing and keeps
+// the later ts (with a monotonic clock this is exactly the formula above). A
+// window whose start is not the current window's counts as an empty current
+// window.
 func (s State) Advance(l Limit, nowUS int64) State {
 	if l.Algorithm == TokenBucket {
 		if nowUS <= s.Stamp {
-			return State{Level: math.Min(float64(l.Max), s.Level), Stamp: s.Stamp}
+			return State{Consumed: s.Consumed, Stamp: s.Stamp}
 		}
-		lvl := s.Level + float64(nowUS-s.Stamp)*float64(l.Max)/float64(Micros(l.Period))
-		return State{Level: math.Min(float64(l.Max), lvl), Stamp: nowUS}
+		c := s.Consumed - float64(nowUS-s.Stamp)*float64(l.Max)/float64(Micros(l.Period))
+		return State{Consumed: math.Max(0, c), Stamp: nowUS}
 	}
 	ws, _ := WindowBounds(l.Algorithm, l.Period, nowUS)
 	if s.Stamp != ws {
@@ -133,10 +138,10 @@ func (s State) Advance(l Limit, nowUS int64) State {
 }
 
 // Affords reports whether an advanced state can be charged amount:
-// level >= amount (bucket), used + amount <= Max (window).
+// Max - consumed >= amount (bucket), used + amount <= Max (window).
 func (s State) Affords(l Limit, amount int64) bool {
 	if l.Algorithm == TokenBucket {
-		return s.Level >= float64(amount)
+		return float64(l.Max)-s.Consumed >= float64(amount)
 	}
 	return s.Used+amount <= l.Max
 }
@@ -144,7 +149,7 @@ func (s State) Affords(l Limit, amount int64) bool {
 // Charge returns the advanced state s charged amount (unconditionally).
 func (s State) Charge(l Limit, amount int64) State {
 	if l.Algorithm == TokenBucket {
-		s.Level -= float64(amount)
+		s.Consumed += float64(amount)
 	} else {
 		s.Used += amount
 	}
@@ -152,32 +157,32 @@ func (s State) Charge(l Limit, amount int64) State {
 }
 
 // Denial returns, for an advanced state that cannot afford amount, how long
-// until it could (bucket: ceil((amount - level) * period_us / Max) µs;
-// window: until the window ends), or never when amount > Max (retry 0).
+// until it could (bucket: ceil((consumed + amount - Max) * period_us / Max)
+// µs; window: until the window ends), or never when amount > Max (retry 0).
 func (s State) Denial(l Limit, amount, nowUS int64) (retry time.Duration, never bool) {
 	if amount > l.Max {
 		return 0, true
 	}
 	if l.Algorithm == TokenBucket {
-		us := math.Ceil((float64(amount) - s.Level) * float64(Micros(l.Period)) / float64(l.Max))
+		us := math.Ceil((s.Consumed + float64(amount) - float64(l.Max)) * float64(Micros(l.Period)) / float64(l.Max))
 		return FromMicros(int64(us)), false
 	}
 	_, end := WindowBounds(l.Algorithm, l.Period, nowUS)
 	return FromMicros(end - nowUS), false
 }
 
-// Remaining is floor(level) for a bucket, Max - used for a window; negative
-// in debt.
+// Remaining is floor(Max - consumed) for a bucket, Max - used for a window;
+// negative in debt.
 func (s State) Remaining(l Limit) int64 {
 	if l.Algorithm == TokenBucket {
-		return int64(math.Floor(s.Level))
+		return int64(math.Floor(float64(l.Max) - s.Consumed))
 	}
 	return l.Max - s.Used
 }
 
 // ResetAfter is, for an advanced state, the time until a bucket is full:
-// (Max - level) * period_us / Max, rounded up to whole µs (0 when full); or
-// until the window ends.
+// consumed * period_us / Max, rounded up to whole µs (0 when full); or until
+// the window ends.
 func (s State) ResetAfter(l Limit, nowUS int64) time.Duration {
 	if l.Algorithm == TokenBucket {
 		return FromMicros(s.fullInUS(l))
@@ -187,18 +192,17 @@ func (s State) ResetAfter(l Limit, nowUS int64) time.Duration {
 }
 
 func (s State) fullInUS(l Limit) int64 {
-	max := float64(l.Max)
-	if s.Level >= max {
+	if s.Consumed <= 0 {
 		return 0
 	}
-	return int64(math.Ceil((max - s.Level) * float64(Micros(l.Period)) / max))
+	return int64(math.Ceil(s.Consumed * float64(Micros(l.Period)) / float64(l.Max)))
 }
 
 // AdjustBucket applies a settlement delta to an advanced bucket state:
-// level -= delta, then level = min(level, Max). Refunds never exceed the
-// capacity; debt may go below zero.
-func (s State) AdjustBucket(l Limit, delta int64) State {
-	s.Level = math.Min(s.Level-float64(delta), float64(l.Max))
+// consumed = max(0, consumed + delta). Refunds never go past full; debt
+// (consumed above Max) is allowed.
+func (s State) AdjustBucket(delta int64) State {
+	s.Consumed = math.Max(0, s.Consumed+float64(delta))
 	return s
 }
 
@@ -214,9 +218,11 @@ func (s State) AdjustWindow(window, delta int64) (_ State, applied bool) {
 }
 
 // ExpiresAt is the µs from which a stored state is equivalent to absent
-// under l: when a bucket has refilled to Max (Stamp + ceil time to full), or
-// when the window ends. Stores may drop the state from then on (redisstore
-// adds a 1 s margin to its TTLs).
+// under l: when a bucket has drained under l's Max (Stamp + ceil time to
+// full), or when the window ends. Stores may drop the state from then on
+// (redisstore adds a 1 s margin to its TTLs). A bucket's drain time depends
+// on Max: after a limit is lowered, a state not written since is still
+// dropped when it would have drained under the Max it was written with.
 func (s State) ExpiresAt(l Limit) int64 {
 	if l.Algorithm == TokenBucket {
 		return s.Stamp + s.fullInUS(l)
@@ -229,7 +235,8 @@ func (s State) ExpiresAt(l Limit) int64 {
 }
 
 // IsAbsent reports whether an advanced state is equivalent to no state: a
-// full bucket (a window's state is equivalent to absent only once it ends).
+// full bucket, under any Max (a window's state is equivalent to absent only
+// once it ends).
 func (s State) IsAbsent(l Limit) bool {
-	return l.Algorithm == TokenBucket && s.Level >= float64(l.Max)
+	return l.Algorithm == TokenBucket && s.Consumed <= 0
 }

@@ -76,7 +76,7 @@ func TestBucketArithmetic(t *testing.T) {
 		name       string
 		st         State
 		now        int64
-		level      float64
+		consumed   float64
 		stamp      int64
 		amount     int64
 		affords    bool
@@ -86,19 +86,19 @@ func TestBucketArithmetic(t *testing.T) {
 		resetAfter time.Duration
 		expires    int64
 	}{
-		{"absent is full", Absent(l, t0), t0, 10, t0, 10, true, 0, false, 10, 0, t0},
-		{"empty refills 2.5", State{0, t0, 0}, t0 + 2_500_000, 2.5, t0 + 2_500_000, 3, false, 500 * time.Millisecond, false, 2, 7500 * time.Millisecond, t0 + 10_000_000},
-		{"refill capped", State{9, t0, 0}, t0 + 5_000_000, 10, t0 + 5_000_000, 1, true, 0, false, 10, 0, t0 + 5_000_000},
-		{"debt", State{-4, t0, 0}, t0, -4, t0, 1, false, 5 * time.Second, false, -4, 14 * time.Second, t0 + 14_000_000},
-		{"debt floor", State{-4.5, t0, 0}, t0, -4.5, t0, 0, false, 4500 * time.Millisecond, false, -5, 14500 * time.Millisecond, t0 + 14_500_000},
-		{"never", State{10, t0, 0}, t0, 10, t0, 11, false, 0, true, 10, 0, t0},
-		{"clock backwards keeps stamp", State{3, t0, 0}, t0 - 5_000_000, 3, t0, 3, true, 0, false, 3, 7 * time.Second, t0 + 7_000_000},
+		{"absent is full", Absent(l, t0), t0, 0, t0, 10, true, 0, false, 10, 0, t0},
+		{"empty refills 2.5", State{10, t0, 0}, t0 + 2_500_000, 7.5, t0 + 2_500_000, 3, false, 500 * time.Millisecond, false, 2, 7500 * time.Millisecond, t0 + 10_000_000},
+		{"refill stops at full", State{1, t0, 0}, t0 + 5_000_000, 0, t0 + 5_000_000, 1, true, 0, false, 10, 0, t0 + 5_000_000},
+		{"debt", State{14, t0, 0}, t0, 14, t0, 1, false, 5 * time.Second, false, -4, 14 * time.Second, t0 + 14_000_000},
+		{"debt floor", State{14.5, t0, 0}, t0, 14.5, t0, 0, false, 4500 * time.Millisecond, false, -5, 14500 * time.Millisecond, t0 + 14_500_000},
+		{"never", State{0, t0, 0}, t0, 0, t0, 11, false, 0, true, 10, 0, t0},
+		{"clock backwards keeps stamp", State{7, t0, 0}, t0 - 5_000_000, 7, t0, 3, true, 0, false, 3, 7 * time.Second, t0 + 7_000_000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := tt.st.Advance(l, tt.now)
-			if st.Level != tt.level || st.Stamp != tt.stamp {
-				t.Fatalf("Advance = %+v, want level %v stamp %d", st, tt.level, tt.stamp)
+			if st.Consumed != tt.consumed || st.Stamp != tt.stamp {
+				t.Fatalf("Advance = %+v, want consumed %v stamp %d", st, tt.consumed, tt.stamp)
 			}
 			if got := st.Affords(l, tt.amount); got != tt.affords {
 				t.Errorf("Affords(%d) = %v", tt.amount, got)
@@ -118,30 +118,73 @@ func TestBucketArithmetic(t *testing.T) {
 			if got := st.ExpiresAt(l); got != tt.expires {
 				t.Errorf("ExpiresAt = %d, want %d", got, tt.expires)
 			}
-			if got := st.IsAbsent(l); got != (tt.level >= 10) {
+			if got := st.IsAbsent(l); got != (tt.consumed == 0) {
 				t.Errorf("IsAbsent = %v", got)
 			}
 		})
 	}
 }
 
-func TestBucketAdjust(t *testing.T) {
-	l := Limit{TokenBucket, 10, time.Minute}
+// A bucket's stored state is the amount consumed, so the same state read
+// under another Max keeps its usage: raising the capacity adds room (a
+// bucket in debt is no longer blocked), lowering it leaves what was not
+// consumed, and the refill runs at the new Max per period.
+func TestBucketCapacityChange(t *testing.T) {
+	const t0 = int64(1_000_000_000)
+	hour := time.Hour
 	tests := []struct {
-		level float64
-		delta int64
-		want  float64
+		name      string
+		st        State
+		from, to  int64 // Max the state was written with, Max it is read with
+		elapsed   time.Duration
+		remaining int64
+		affords   int64 // the largest amount the advanced state affords (< 0: none)
+		reset     time.Duration
 	}{
-		{5, 3, 2},
-		{5, 10, -5},
-		{5, -3, 8},
-		{5, -30, 10},
-		{-5, -3, -2},
-		{10, 0, 10},
+		{"raise out of debt", State{3105, t0, 0}, 3000, 10000, 0, 6895, 6895, 3105 * hour / 10000},
+		{"lower with nothing consumed", State{0, t0, 0}, 2000, 500, 0, 500, 500, 0},
+		{"lower keeps usage", State{400, t0, 0}, 2000, 500, 0, 100, 100, 400 * hour / 500},
+		{"lower into debt", State{1900, t0, 0}, 2000, 500, 0, -1400, -1, 1900 * hour / 500},
+		{"refill at the new rate", State{400, t0, 0}, 2000, 500, 12 * time.Minute, 200, 200, 300 * hour / 500},
+		{"drained under the new rate", State{400, t0, 0}, 2000, 500, 48 * time.Minute, 500, 500, 0},
 	}
 	for _, tt := range tests {
-		if got := (State{Level: tt.level}).AdjustBucket(l, tt.delta).Level; got != tt.want {
-			t.Errorf("AdjustBucket(%v, %d) = %v, want %v", tt.level, tt.delta, got, tt.want)
+		t.Run(tt.name, func(t *testing.T) {
+			l := Limit{TokenBucket, tt.to, hour}
+			now := t0 + Micros(tt.elapsed)
+			st := tt.st.Advance(l, now)
+			if got := st.Remaining(l); got != tt.remaining {
+				t.Errorf("Remaining = %d, want %d", got, tt.remaining)
+			}
+			if got := st.ResetAfter(l, now); got != tt.reset {
+				t.Errorf("ResetAfter = %v, want %v", got, tt.reset)
+			}
+			if tt.affords >= 0 && (!st.Affords(l, tt.affords) || st.Affords(l, tt.affords+1)) {
+				t.Errorf("Affords: want %d and not %d", tt.affords, tt.affords+1)
+			}
+			if tt.affords < 0 && st.Affords(l, 0) {
+				t.Errorf("a bucket in debt affords 0")
+			}
+		})
+	}
+}
+
+func TestBucketAdjust(t *testing.T) {
+	tests := []struct {
+		consumed float64
+		delta    int64
+		want     float64
+	}{
+		{5, 3, 8},
+		{5, 10, 15},
+		{5, -3, 2},
+		{5, -30, 0},
+		{15, -3, 12},
+		{0, 0, 0},
+	}
+	for _, tt := range tests {
+		if got := (State{Consumed: tt.consumed}).AdjustBucket(tt.delta).Consumed; got != tt.want {
+			t.Errorf("AdjustBucket(%v, %d) = %v, want %v", tt.consumed, tt.delta, got, tt.want)
 		}
 	}
 }

@@ -19,7 +19,10 @@ type Algorithm uint8
 
 const (
 	// TokenBucket holds up to Max units and refills continuously at Max per
-	// Period. Debt (a negative level) is repaid by the refill.
+	// Period. Debt (a negative remaining) is repaid by the refill. What is
+	// stored is the amount consumed, not the level, so a counter whose Max
+	// is edited keeps its usage: remaining is the new Max minus what was
+	// consumed and not yet refilled (at the new Max per Period).
 	TokenBucket Algorithm = iota + 1
 	// FixedWindow counts usage in windows of length Period aligned to the Unix
 	// epoch, hence to UTC midnight for whole days. Debt does not carry over.
@@ -92,6 +95,11 @@ type Result struct {
 	ResetAfter []time.Duration
 	// Ticket says where the charges landed; Adjust needs it back.
 	Ticket Ticket
+	// Local is true when the figures come from a store's local fallback
+	// rather than its shared counters (redisstore in failure mode open while
+	// Redis is unavailable): they count only this process's charges since
+	// the failure began. A report of the shared counters leaves them out.
+	Local bool
 }
 
 // Ticket identifies where a reservation's charges landed, so that settlement
@@ -101,13 +109,13 @@ type Ticket struct {
 	// for buckets.
 	Window []int64
 	// Origin is implementation-defined (e.g. redisstore marks reservations
-	// served by its local fallback while Redis was unreachable).
+	// served by its local fallback while Redis was unavailable).
 	Origin uint8
 }
 
 // Reset sizes r's slices for n debits, reusing their storage.
 func (r *Result) Reset(n int) {
-	r.Allowed, r.Denied, r.RetryAfter, r.Never = false, -1, 0, false
+	r.Allowed, r.Denied, r.RetryAfter, r.Never, r.Local = false, -1, 0, false, false
 	r.Remaining = grow(r.Remaining, n)
 	r.ResetAfter = growD(r.ResetAfter, n)
 	r.Ticket.Window = grow(r.Ticket.Window, n)
@@ -152,6 +160,7 @@ type Store interface {
 	Close() error
 }
 
-// ErrUnavailable wraps store failures (e.g. Redis unreachable); limit policies
-// apply their failureMode when they see it.
+// ErrUnavailable wraps store failures (e.g. Redis unreachable, or refusing
+// the call); limit policies answer 503 ratelimit_store_unavailable when they
+// see it.
 var ErrUnavailable = errors.New("counter store unavailable")

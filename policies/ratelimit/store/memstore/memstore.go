@@ -260,7 +260,7 @@ func (s *Store) Adjust(_ context.Context, debits []store.Debit, t *store.Ticket,
 			if c != nil && c.alg == l.Algorithm {
 				st = c.st.Advance(l, now)
 			}
-			sh.put(d.Key, c, st.AdjustBucket(l, deltas[i]), l)
+			sh.put(d.Key, c, st.AdjustBucket(deltas[i]), l)
 			continue
 		}
 		if c == nil || c.alg != l.Algorithm {

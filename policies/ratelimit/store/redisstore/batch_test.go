@@ -59,10 +59,12 @@ func TestBatchMatchesGoArithmetic(t *testing.T) {
 					op := &ops[i]
 					if k := rng.IntN(6); k == 5 && len(pool) > 0 {
 						g := pool[rng.IntN(len(pool))]
-						op.kind, op.debits, op.ticket = kindAdjust, g.debits, g.ticket
+						op.kind, op.ticket = kindAdjust, g.ticket
+						op.debits = append([]store.Debit(nil), g.debits...)
 						op.deltas = make([]int64, len(g.debits))
 						for j := range op.deltas {
 							op.deltas[j] = rng.Int64N(21) - 10
+							op.debits[j].Limit = edited(rng, op.debits[j].Limit)
 						}
 						continue
 					} else if k == 4 {
@@ -75,12 +77,14 @@ func TestBatchMatchesGoArithmetic(t *testing.T) {
 						// Now and then a counter is charged under another
 						// counter's limit, also next to its own in one call:
 						// a state of another algorithm counts as absent.
+						// Or under its own limit with an edited Max.
 						k := rng.IntN(len(limits))
 						l := k
 						if rng.IntN(10) == 0 {
 							l = rng.IntN(len(limits))
 						}
-						op.debits[j] = layout.mirrorDebit(k, limits[l], rng.Int64N(limits[l].Max+2))
+						lim := edited(rng, limits[l])
+						op.debits[j] = layout.mirrorDebit(k, lim, rng.Int64N(lim.Max+2))
 					}
 				}
 				calls := make([]*scriptCall, len(ops))

@@ -350,7 +350,7 @@ func distribute(calls []*scriptCall, cmd *redis.Cmd) {
 	if err == nil {
 		var ok bool
 		if vals, ok = cmd.Val().([]any); !ok || len(vals) != len(calls) {
-			err = fmt.Errorf("malformed batch reply for %d operations: %T", len(calls), cmd.Val())
+			err = fmt.Errorf("%w: batch reply for %d operations: %T", errMalformedReply, len(calls), cmd.Val())
 		}
 	}
 	for i, m := range calls {

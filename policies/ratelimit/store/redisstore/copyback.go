@@ -9,7 +9,7 @@ import (
 	"sluice/policies/ratelimit/store"
 )
 
-// While Redis is unreachable, failure mode open charges the local fallback
+// While Redis is unavailable, failure mode open charges the local fallback
 // store, which the other replicas do not see. So that those charges are not
 // lost to the cluster-wide counters, the store journals their net amount per
 // counter and window (reservations made locally, and the settlements of
@@ -121,7 +121,8 @@ func (s *Store) startCopyBack() {
 
 // copyBack sends every journaled charge to Redis, one operation each (a
 // charge: see adjust in luaBatch). Entries not sent when Redis fails again,
-// or when ctx ends, stay journaled for the next copy.
+// with any error that is not a bug of the store, or when ctx ends, stay
+// journaled for the next copy.
 func (s *Store) copyBack(ctx context.Context) {
 	entries := s.journal.take()
 	var peek store.Result
@@ -149,8 +150,11 @@ func (s *Store) copyBack(ctx context.Context) {
 		}
 		putCall(sc)
 		if err != nil {
-			kind, outage := classify(err)
-			if outage || ctx.Err() != nil {
+			// Redis failing again (an outage, or any error that may clear):
+			// the rest waits for the next copy. A bug would fail again: the
+			// charge is dropped and counted.
+			kind := classify(err)
+			if !isBug(kind) || ctx.Err() != nil {
 				break
 			}
 			s.m.copied.WithLabelValues("failed").Inc()

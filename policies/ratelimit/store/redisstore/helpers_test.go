@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -166,6 +167,16 @@ func eachLayout(n uint64) iter.Seq2[uint64, layout] {
 var mirrorLimits = []store.Limit{
 	bucket(7, 3*time.Second), bucket(1000, time.Minute), bucket(3, 7*time.Millisecond+3*time.Microsecond),
 	window(10, time.Second), window(100, 7*time.Second), month(50),
+}
+
+// edited returns l, or now and then (one call in four) l with another Max
+// (1 to 3 times the original): a limit edited between operations, which
+// must keep the usage counted the same way in both stores.
+func edited(rng *rand.Rand, l store.Limit) store.Limit {
+	if rng.IntN(4) == 0 {
+		l.Max = 1 + rng.Int64N(3*l.Max)
+	}
+	return l
 }
 
 // newMirror returns a redis store whose scripts' clock is *now and a

@@ -39,23 +39,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"op"})),
 		errors: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_redis_store_errors_total",
-			Help: "Redis counter store errors by operation and kind (timeout, connection, pool, server, script, crossslot, canceled, closed, reply).",
+			Help: "Redis counter store errors by operation and kind (connection, timeout, pool, server, auth, oom, closed; script, crossslot, reply: bugs; other; canceled: the caller's context ended). Every kind but canceled follows the failure mode.",
 		}, []string{"op", "kind"})),
 		local: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_redis_store_fallback_calls_total",
-			Help: "Calls served by the local fallback store while Redis was unreachable (failureMode open), by operation.",
+			Help: "Calls served by the local fallback store while Redis was unavailable (failureMode open), by operation.",
 		}, []string{"op"})),
 		fallback: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_redis_store_fallback_mode",
-			Help: "1 while the Redis counter store considers Redis unreachable, else 0.",
+			Help: "1 while the Redis counter store considers Redis unavailable (the last call failed), else 0.",
 		})),
 		dropped: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_redis_store_dropped_adjustments_total",
-			Help: "Settlements of Redis reservations dropped because Redis was unreachable (their keys expire).",
+			Help: "Settlements of Redis reservations dropped because Redis was unavailable (their keys expire).",
 		})),
 		copied: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_redis_store_copied_charges_total",
-			Help: "Net charges of the local fallback (failureMode open) per counter and window, copied to Redis once it answered again, by result: copied, failed (a script or argument error; logged), overflow (not journaled: too many counters in one outage).",
+			Help: "Net charges of the local fallback (failureMode open) per counter and window, copied to Redis once it answered again, by result: copied, failed (the copy met a bug of the store: a script, cross-slot or reply error; logged), overflow (not journaled: too many counters in one outage).",
 		}, []string{"result"})),
 	}
 	for i, op := range []string{opReserve, opAdjust, opPeek} {

@@ -10,13 +10,16 @@
 // falls back to EVAL on NOSCRIPT (after a restart or SCRIPT FLUSH), which
 // loads it again.
 //
-// When Redis is unreachable (connection error, timeout, cluster down) the
-// store follows its failure mode: "open" serves the call from an in-process
-// fallback store and marks the ticket so that its settlement goes there too,
-// and copies those charges to Redis once it answers again (copyBack);
-// "closed" returns an error wrapping store.ErrUnavailable. After a failure,
-// calls skip Redis for a short back-off (probeInterval) and then try it
-// again; go-redis redials by itself, so service resumes without a restart.
+// When a call to Redis fails, whatever the error (unreachable, timeout, a
+// server that refuses the call: OOM, NOAUTH, READONLY, LOADING..., or a bug
+// such as a script error; only the caller's own context being done is
+// returned as is), the store follows its failure mode: "open" serves the
+// call from an in-process fallback store and marks the ticket so that its
+// settlement goes there too, and copies those charges to Redis once it
+// answers again (copyBack); "closed" returns an error wrapping
+// store.ErrUnavailable. After a failure, calls skip Redis for a short
+// back-off (probeInterval) and then try it again; go-redis redials by
+// itself, so service resumes without a restart. See errors.go.
 package redisstore
 
 import (
@@ -25,15 +28,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,7 +48,7 @@ import (
 const (
 	// OriginRedis: the charges landed in Redis (the zero value).
 	OriginRedis uint8 = 0
-	// OriginLocal: Redis was unreachable and the fallback store took them.
+	// OriginLocal: Redis was unavailable and the fallback store took them.
 	OriginLocal uint8 = 1
 )
 
@@ -80,7 +80,7 @@ const maxDebits = 1<<16 - 1
 // the delay before recovery is noticed.
 const probeInterval = 250 * time.Millisecond
 
-// logEvery rate-limits the outage log.
+// logEvery rate-limits the outage and recovery logs.
 const logEvery = 10 * time.Second
 
 // Options configures New. Zero values take the defaults.
@@ -116,7 +116,7 @@ type Options struct {
 	// each. It is also the number of connections dialed at start
 	// (MinIdleConns), so the first requests do not all dial at once.
 	MaxInFlight int
-	// Logger receives rate-limited outage reports (default slog.Default()).
+	// Logger receives rate-limited failure reports (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics registers the store's collectors (nil: none).
 	Metrics prometheus.Registerer
@@ -149,10 +149,9 @@ type Store struct {
 	// skipUntil is the wall-clock UnixNano until which calls skip Redis after
 	// a failure (0: Redis is believed up).
 	skipUntil atomic.Int64
-	// lastLog is the UnixNano of the last outage log line; suppressed counts
-	// the lines skipped since.
-	lastLog    atomic.Int64
-	suppressed atomic.Int64
+	// The failure logs (see logFailure) and the recovery log, each rate
+	// limited.
+	outageLog, bugLog, upLog logLimiter
 
 	// clockSpec, when set (tests only), overrides the scripts' clock: see
 	// now_us in scripts.go.
@@ -340,15 +339,15 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []store.Debit, r
 	s.co.do(ctx, sc)
 	err = sc.err
 	s.m.observe(op, start)
+	if err == nil {
+		if reply, ok := sc.reply.(string); !ok || !fillResult(res, reply) {
+			err = fmt.Errorf("%w %T for %d debits", errMalformedReply, sc.reply, len(debits))
+		}
+	}
 	if err != nil {
 		return s.failed(ctx, op, err, func() error { return s.fallback(ctx, op, debits, res, err) })
 	}
 	s.up()
-	reply, ok := sc.reply.(string)
-	if !ok || !fillResult(res, reply) {
-		s.m.error(op, "reply")
-		return fmt.Errorf("redisstore: %s: malformed script reply %T for %d debits", op, sc.reply, len(debits))
-	}
 	res.Ticket.Origin = OriginRedis
 	return nil
 }
@@ -441,9 +440,9 @@ func (s *Store) settle(ctx context.Context, sc *scriptCall) error {
 	return nil
 }
 
-// settled completes a background Adjust (see coalescer.post). Its caller is
-// gone, so an error that is not an outage (an outage is logged and counted
-// by failed) is logged here.
+// settled completes a background Adjust (see coalescer.post), which only
+// mode open sends: every Redis error is logged and counted by failed and
+// returns nil, so what is logged here is any other error.
 func (s *Store) settled(sc *scriptCall) {
 	if err := s.settle(context.Background(), sc); err != nil {
 		s.log.Error("redisstore: settlement failed", "err", err)
@@ -452,7 +451,7 @@ func (s *Store) settled(sc *scriptCall) {
 }
 
 // dropErr is what a dropped settlement returns: nothing in failure mode open
-// (the outage is logged and counted), ErrUnavailable in mode closed.
+// (the failure is logged and counted), ErrUnavailable in mode closed.
 func (s *Store) dropErr(cause error) error {
 	if !s.closed {
 		return nil
@@ -635,25 +634,8 @@ func (s *Store) clock() string {
 	return ""
 }
 
-// failed handles a Redis error of op: an outage runs onOutage (after
-// arming the back-off, logging and counting); anything else is returned.
-func (s *Store) failed(ctx context.Context, op string, err error, onOutage func() error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		s.m.error(op, "canceled")
-		return fmt.Errorf("redisstore: %s: %w", op, ctxErr)
-	}
-	kind, outage := classify(err)
-	s.m.error(op, kind)
-	if !outage {
-		return fmt.Errorf("redisstore: %s: %w", op, err)
-	}
-	s.skipUntil.Store(time.Now().Add(probeInterval).UnixNano())
-	s.m.fallback.Set(1)
-	s.logOutage(op, kind, err)
-	return onOutage()
-}
-
-// fallback serves an evaluation while Redis is unreachable.
+// fallback serves an evaluation while Redis is unavailable: from the local
+// store in failure mode open (res.Local set), ErrUnavailable in mode closed.
 func (s *Store) fallback(ctx context.Context, op string, debits []store.Debit, res *store.Result, cause error) error {
 	if s.closed {
 		return unavailable(cause)
@@ -669,14 +651,8 @@ func (s *Store) fallback(ctx context.Context, op string, debits []store.Debit, r
 		}
 	}
 	res.Ticket.Origin = OriginLocal
+	res.Local = true
 	return err
-}
-
-func unavailable(cause error) error {
-	if cause == nil {
-		return fmt.Errorf("redisstore: %w (redis down, retrying shortly)", store.ErrUnavailable)
-	}
-	return fmt.Errorf("redisstore: %w: %w", store.ErrUnavailable, cause)
 }
 
 // skipping reports whether calls should skip Redis because it failed less
@@ -687,55 +663,18 @@ func (s *Store) skipping() bool {
 }
 
 // up records a successful round trip, and starts copying the local
-// fallback's charges to Redis if there are any.
+// fallback's charges to Redis if there are any. The recovery is logged at
+// most once per logEvery: under an error that only some operations meet
+// (OOM and READONLY refuse writes, not reads) the store goes back and forth.
 func (s *Store) up() {
 	if s.skipUntil.Load() != 0 {
 		s.skipUntil.Store(0)
 		s.m.fallback.Set(0)
-		s.log.Info("redisstore: redis reachable again")
-	}
-	s.startCopyBack()
-}
-
-func (s *Store) logOutage(op, kind string, err error) {
-	now := time.Now().UnixNano()
-	last := s.lastLog.Load()
-	if last != 0 && now-last < int64(logEvery) || !s.lastLog.CompareAndSwap(last, now) {
-		s.suppressed.Add(1)
-		return
-	}
-	mode := "serving from the local fallback (failureMode open)"
-	if s.closed {
-		mode = "failing calls (failureMode closed)"
-	}
-	s.log.Warn("redisstore: redis unreachable; "+mode, "op", op, "kind", kind, "err", err, "suppressed", s.suppressed.Swap(0))
-}
-
-// classify names an error's kind for metrics and says whether it means Redis
-// is unreachable (as opposed to a bug: a script or argument error).
-func classify(err error) (kind string, outage bool) {
-	var ne net.Error
-	switch {
-	case errors.Is(err, redis.ErrClosed):
-		return "closed", false
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
-		return "pool", true
-	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
-		return "timeout", true
-	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return "connection", true
-	}
-	msg := err.Error()
-	for _, p := range []string{"LOADING", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "READONLY", "BUSY", "MOVED", "ASK"} {
-		if strings.HasPrefix(msg, p) {
-			return "server", true
+		if s.upLog.allow(logEvery) {
+			s.log.Info("redisstore: redis answering again", "suppressed", s.upLog.suppressed.Swap(0))
 		}
 	}
-	if strings.HasPrefix(msg, "CROSSSLOT") {
-		return "crossslot", false
-	}
-	return "script", false
+	s.startCopyBack()
 }
 
 func allZero(ds []int64) bool {

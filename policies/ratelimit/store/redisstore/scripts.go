@@ -1,19 +1,27 @@
 package redisstore
 
 // The Lua scripts mirror the arithmetic of package store (see the spec in
-// docs/redis.md): time in microseconds from redis TIME, token bucket levels
-// as doubles, window counters as integers. Lua 5.1 numbers are doubles, so
-// every integer below stays exact up to 2^53 (about 285 years of microseconds
-// since 1970, far beyond any Max we accept).
+// docs/redis.md): time in microseconds from redis TIME, the amount a token
+// bucket has consumed as a double, window counters as integers. Lua 5.1
+// numbers are doubles, so every integer below stays exact up to 2^53 (about
+// 285 years of microseconds since 1970, far beyond any Max we accept).
 //
 // State is one string per counter, packed with struct.pack: one byte for
 // the algorithm, then little-endian IEEE doubles, which round-trip every
 // value exactly and cost far less to write and read than text (formatting
 // doubles with %.17g and splitting strings was a third of the script's
 // time):
-//   token bucket:  '<Bddd' 1, level, ts_us, exp_ms   (absent = full)
+//   token bucket:  '<Bddd' 4, consumed, ts_us, exp_ms   (absent = full)
 //   window:        '<Bdd'  2, ws_s, used    (3 for calendar month; an older
 //                                            ws or absent = used 0)
+// A bucket stores what it has consumed (units below full, >= 0; above max
+// is debt), never its level, so that the state means the same under any
+// capacity: a limit edited between two operations applies to the usage
+// already counted. Its tag is 4, not the algorithm's 1, because versions
+// before it stored the level under tag 1; a level is still read (decode,
+// gstate), as consumed = max - level under the capacity of the operation
+// reading it (what those versions would have reported), and the next write
+// replaces it with tag 4.
 // A bucket's key must live until the bucket is full again, plus 1 s, which
 // moves with every write; setting the TTL (SET PX) costs Redis twice what
 // keeping it does (SET KEEPTTL: 1.2 against 0.5 µs). So exp_ms, the key's
@@ -31,10 +39,11 @@ package redisstore
 // of one scope, which a request charges together) are kept in one string
 // instead, so that an operation reads and writes one key however many
 // counters it charges: '<Bd' 5, e (the key's expiry as last set, Unix ms),
-// then per counter a 33-byte slot '<dBddd' id, alg, a, b, z. id identifies
-// the counter (52 bits of a hash of its key, see counterID), a and b are as
-// above, and z is until when the slot must be kept, as a key of its own
-// would be (1 s past the time its bucket is full again or its window ends).
+// then per counter a 33-byte slot '<dBddd' id, tag, a, b, z. id identifies
+// the counter (52 bits of a hash of its key, see counterID), tag, a and b
+// are as above (a bucket's tag is 4; 1 is an earlier version's level), and
+// z is until when the slot must be kept, as a key of its own would be (1 s
+// past the time its bucket is full again or its window ends).
 // A counter is found by id, so slots need no fixed order and counters added
 // to or removed from a policy leave the others alone. A write drops the
 // slots whose z has passed (the same as absent) and deletes a group left
@@ -44,10 +53,11 @@ package redisstore
 // of six); the earlier attempt at one value per scope stored counter
 // names in it and spent more parsing them than it saved.
 // A stored state of another algorithm than the debit's counts as absent, as
-// in memstore. States written by earlier versions, the 17-byte bucket
-// '<Bdd' 1, level, ts (expiry unknown) and the text format "<alg>|a|b", are
-// still read (decode), so counters survive an upgrade; any write replaces
-// them with the current form.
+// in memstore. States written by earlier versions, the level-based buckets
+// '<Bddd' 1, level, ts, exp_ms and '<Bdd' 1, level, ts (expiry unknown),
+// and the text format "<alg>|a|b" (a bucket's a is its level), are still
+// read (decode), so counters survive an upgrade; any write replaces them
+// with the current form.
 //
 // All keys of a batch (see luaBatch) are read with one MGET; the only other
 // commands are at most one TIME and one SET or DEL per key written.
@@ -96,69 +106,94 @@ local function month_bounds(s)
   return days_from_civil(y, m, 1) * 86400, days_from_civil(ny, nm, 1) * 86400
 end
 
+-- from_level converts the level l of a bucket written by an earlier
+-- version (tag 1) to the amount consumed under the capacity max of the
+-- operation reading it, which is what that version would have reported:
+-- max - l, at least 0 (a level above max, left by a lowered capacity, is
+-- a full bucket).
+local function from_level(max, l)
+  local c = max - l
+  if c < 0 then c = 0 end
+  return c
+end
+
 -- decode returns a stored state (a, b, and for a bucket its key's expiry e
 -- in ms, nil when unknown) when raw (a GET/MGET reply) was written by alg,
--- else nil. The formats of earlier versions are read too: the 17-byte
--- bucket without expiry, and text, whose first byte is the algorithm's
--- digit.
-local function decode(raw, alg)
+-- else nil; a bucket's a is the amount consumed, max the capacity of the
+-- debit reading it. The formats of earlier versions are read too: the
+-- level-based buckets (tag 1, with and without expiry), and text, whose
+-- first byte is the algorithm's digit.
+local function decode(raw, alg, max)
   if not raw then return nil end
   local t, len = byte(raw, 1), #raw
+  local _, a, b, e
+  if alg == 1 then
+    if t == 4 and len == 25 then
+      _, a, b, e = unpack_state('<Bddd', raw)
+      return a, b, e
+    end
+    if t == 1 and len == 25 then
+      _, a, b, e = unpack_state('<Bddd', raw)
+    elseif t == 1 and len == 17 then
+      _, a, b = unpack_state('<Bdd', raw)
+    elseif t == 49 then
+      local x, y = string.match(raw, '^%d|([^|]+)|(.+)$')
+      a, b = tonumber(x), tonumber(y)
+      if not a or not b then return nil end
+    else
+      return nil
+    end
+    return from_level(max, a), b, e
+  end
   if t == alg and len == 17 then
-    local _, a, b = unpack_state('<Bdd', raw)
+    _, a, b = unpack_state('<Bdd', raw)
     return a, b
   end
-  if t == 1 and alg == 1 and len == 25 then
-    local _, a, b, e = unpack_state('<Bddd', raw)
-    return a, b, e
-  end
   if t == alg + 48 then
-    local a, b = string.match(raw, '^%d|([^|]+)|(.+)$')
-    if a then return tonumber(a), tonumber(b) end
+    local x, y = string.match(raw, '^%d|([^|]+)|(.+)$')
+    if x then return tonumber(x), tonumber(y) end
   end
   return nil
 end
 
 -- advance brings a stored state (a, b) to now and returns the current
--- state. Bucket (level, ts): refill; a clock that went backwards refills
--- nothing and keeps the later stamp; absent is full. Window (ws, used): a
--- state of another window than the current one (ws), or absent, is the
--- current window, empty.
+-- state. Bucket (consumed, ts): drain at max per period, down to 0 (full);
+-- a clock that went backwards drains nothing and keeps the later stamp;
+-- absent is full. Window (ws, used): a state of another window than the
+-- current one (ws), or absent, is the current window, empty.
 local function advance(alg, max, per, a, b, now, ws)
   if alg == 1 then
-    if a == nil then return max, now end
-    if now <= b then
-      if a > max then a = max end
-      return a, b
-    end
-    a = a + (now - b) * max / per
-    if a > max then a = max end
+    if a == nil then return 0, now end
+    if now <= b then return a, b end
+    a = a - (now - b) * max / per
+    if a < 0 then a = 0 end
     return a, now
   end
   if a ~= ws then return ws, 0 end
   return a, b
 end
 
--- put_bucket writes a bucket state (level l, stamp ts) whose key expires
--- at e (ms; nil when unknown) and returns the value written (false when
--- deleted). A full bucket is the same as absent and is deleted. The TTL is
--- kept when e covers the time until the bucket is full again plus 1 s, else
--- set to that plus slack. real_ms is the Redis clock (see now_us).
-local function put_bucket(key, max, per, l, ts, e)
-  if l >= max then
+-- put_bucket writes a bucket state (consumed c, stamp ts) whose key
+-- expires at e (ms; nil when unknown) and returns the value written (false
+-- when deleted). A full bucket is the same as absent and is deleted. The
+-- TTL is kept when e covers the time until the bucket is full again plus
+-- 1 s, else set to that plus slack. real_ms is the Redis clock (see
+-- now_us).
+local function put_bucket(key, max, per, c, ts, e)
+  if c <= 0 then
     redis.call('DEL', key)
     return false
   end
-  local need = real_ms + ceil((max - l) * per / max / 1000) + 1000
+  local need = real_ms + ceil(c * per / max / 1000) + 1000
   if e and e >= need then
-    local v = pack('<Bddd', 1, l, ts, e)
+    local v = pack('<Bddd', 4, c, ts, e)
     redis.call('SET', key, v, 'KEEPTTL')
     return v
   end
   local slack = floor(per / 1000)
   if slack > 3600000 then slack = 3600000 elseif slack < 1000 then slack = 1000 end
   e = need + slack
-  local v = pack('<Bddd', 1, l, ts, e)
+  local v = pack('<Bddd', 4, c, ts, e)
   redis.call('SET', key, v, 'PXAT', e)
   return v
 end
@@ -224,8 +259,8 @@ end
 // allowed), retry_us, never, then per key remaining, reset_us, window_s.
 // Per debit the state lives in one flat table st (see reserve).
 //
-// Adjust: apply signed deltas in order. A bucket is refilled, then level -=
-// delta, capped at max (absent counts as full). A window changes only while
+// Adjust: apply signed deltas in order. A bucket is refilled, then consumed
+// += delta, at least 0 (absent counts as full). A window changes only while
 // its stored window is the ticket's: used = max(0, used + delta), TTL kept
 // (so with per-key counters the clock is read only if a bucket changes; a
 // group's slots need it to tell which have expired). A key listed twice
@@ -270,8 +305,10 @@ local function read(base, i, key)
 end
 
 -- Groups. G holds the slots of the group being operated on, decoded from
--- its value: five entries per slot (id, alg, a, b, z), gn slots; ge is the
--- group key's expiry as last set (ms), nil when unknown.
+-- its value: five entries per slot (id, tag, a, b, z), gn slots; ge is the
+-- group key's expiry as last set (ms), nil when unknown. A slot's tag is
+-- its algorithm, except a bucket's: 4 (consumed), or 1 for the level an
+-- earlier version wrote.
 local G, gn, ge = {}, 0, nil
 local gfmts = {}
 
@@ -298,6 +335,25 @@ local function gfind(id)
     if G[s * 5 - 4] == id then return s end
   end
   return 0
+end
+
+-- gstate returns the state (a, b) that slot s holds for a counter of
+-- algorithm alg and capacity max, nil when it holds none: no slot (s 0), a
+-- slot of another algorithm, or one whose z has passed (or that this batch
+-- emptied: z 0), the same as an expired or deleted key. A bucket's a is the
+-- amount consumed (an earlier version's level is converted, see
+-- from_level).
+local function gstate(s, alg, max)
+  if s == 0 then return nil end
+  local q = s * 5
+  if G[q] <= real_ms then return nil end
+  local t = G[q - 3]
+  if t == alg then
+    if alg ~= 1 then return G[q - 2], G[q - 1] end
+    return from_level(max, G[q - 2]), G[q - 1]
+  end
+  if t == 4 and alg == 1 then return G[q - 2], G[q - 1] end
+  return nil
 end
 
 -- gslot returns q, the index of the last entry of slot s (z; its id is at
@@ -332,11 +388,11 @@ end
 
 -- A slot's z is until when (Redis clock, ms) it must be kept, as a key of
 -- its own would be: 1 s past the time it is empty (the same as absent).
--- bucket_z: 1 s past the time a bucket of level l is full again; a full
--- bucket is dropped at once (as its key would be deleted).
-local function bucket_z(max, per, l)
-  if l >= max then return 0 end
-  return real_ms + ceil((max - l) * per / max / 1000) + 1000
+-- bucket_z: 1 s past the time a bucket that consumed c is full again; a
+-- full bucket is dropped at once (as its key would be deleted).
+local function bucket_z(max, per, c)
+  if c <= 0 then return 0 end
+  return real_ms + ceil(c * per / max / 1000) + 1000
 end
 
 -- window_z: 1 s past the end we (s, counter clock) of a window.
@@ -451,16 +507,13 @@ local function reserve(base, n, charge, args, pos, grouped)
       if grouped then
         s = gfind(ident)
         if s > 0 then
-          -- A slot whose z has passed (or that this batch emptied: z 0)
-          -- is absent, as an expired or deleted key would be.
-          local q = s * 5
-          if G[q - 3] == a and G[q] > real_ms then sa, sb = G[q - 2], G[q - 1] end
+          sa, sb = gstate(s, a, m)
         elseif not present and kl > 0 then
           -- No group yet: start from the counter's per-key state.
-          sa, sb = decode(redis.call('GET', string.sub(args, kpos, kpos + kl - 1)), a)
+          sa, sb = decode(redis.call('GET', string.sub(args, kpos, kpos + kl - 1)), a, m)
         end
       else
-        sa, sb, e = decode(read(base, i, ident), a)
+        sa, sb, e = decode(read(base, i, ident), a, m)
         same = a ~= 1 and sa == ws
       end
       ca, cb = advance(a, m, p, sa, sb, now, ws)
@@ -468,11 +521,11 @@ local function reserve(base, n, charge, args, pos, grouped)
     end
     local xa, xb
     if a == 1 then
-      if denied < 0 and ca < x then
+      if denied < 0 and m - ca < x then
         denied = i - 1
-        if x > m then never = 1 else retry = ceil((x - ca) * p / m) end
+        if x > m then never = 1 else retry = ceil((ca + x - m) * p / m) end
       end
-      xa, xb = ca - x, cb
+      xa, xb = ca + x, cb
     else
       if denied < 0 and cb + x > m then
         denied = i - 1
@@ -496,15 +549,15 @@ local function reserve(base, n, charge, args, pos, grouped)
       a, b = st[o + 7], st[o + 8]
       if st[o + 9] and grouped then
         local q = gslot(st[o + 11], st[o + 10])
-        local z
+        local z, tag = 0, ai
         if ai == 1 then
-          z = bucket_z(mi, pi, a)
+          z, tag = bucket_z(mi, pi, a), 4
           local sl = floor(pi / 1000)
           if sl > slack then slack = sl end
         else
           z = window_z(we)
         end
-        G[q - 3], G[q - 2], G[q - 1], G[q] = ai, a, b, z
+        G[q - 3], G[q - 2], G[q - 1], G[q] = tag, a, b, z
       elseif st[o + 9] then
         local key = st[o + 10]
         if ai == 1 then
@@ -523,8 +576,8 @@ local function reserve(base, n, charge, args, pos, grouped)
     local r = 4 + (i - 1) * 3
     if ai == 1 then
       local full = 0
-      if a < mi then full = ceil((mi - a) * pi / mi) end
-      out[r + 1], out[r + 2], out[r + 3] = floor(a), full, 0
+      if a > 0 then full = ceil(a * pi / mi) end
+      out[r + 1], out[r + 2], out[r + 3] = floor(mi - a), full, 0
     else
       out[r + 1], out[r + 2], out[r + 3] = mi - b, we * 1000000 - now, a
     end
@@ -560,21 +613,21 @@ local function adjust(base, n, args, pos, grouped, create)
       if grouped then
         s = gfind(id)
         q = s * 5
-        if s > 0 and G[q - 3] == a and G[q] > real_ms then sa, sb = G[q - 2], G[q - 1] end
+        sa, sb = gstate(s, a, m)
       else
         key = KEYS[base + i]
-        sa, sb, e = decode(read(base, i, key), a)
+        sa, sb, e = decode(read(base, i, key), a, m)
       end
       if a == 1 then
         if not now then now, now_s, real_ms = now_us(clock) end
-        local l, ts = advance(1, m, p, sa, sb, now, 0)
-        l = l - d
-        if l > m then l = m end
+        local c, ts = advance(1, m, p, sa, sb, now, 0)
+        c = c + d
+        if c < 0 then c = 0 end
         if not grouped then
-          cur[key] = put_bucket(key, m, p, l, ts, e)
+          cur[key] = put_bucket(key, m, p, c, ts, e)
         else
           q = gslot(s, id)
-          G[q - 3], G[q - 2], G[q - 1], G[q] = 1, l, ts, bucket_z(m, p, l)
+          G[q - 3], G[q - 2], G[q - 1], G[q] = 4, c, ts, bucket_z(m, p, c)
           local sl = floor(p / 1000)
           if sl > slack then slack = sl end
         end

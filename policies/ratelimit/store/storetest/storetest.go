@@ -264,12 +264,16 @@ var cases = []testCase{
 	{"TokenBucket/Never", testBucketNever},
 	{"TokenBucket/DebtRepaidByRefill", testBucketDebt},
 	{"TokenBucket/RefundCappedAtCapacity", testBucketRefundCap},
+	{"TokenBucket/CapacityRaised", testBucketRaised},
+	{"TokenBucket/CapacityLowered", testBucketLowered},
 	{"FixedWindow/Boundary", testWindowBoundary},
 	{"FixedWindow/Rollover", testWindowRollover},
 	{"FixedWindow/DebtAndRefund", testWindowDebt},
 	{"FixedWindow/AdjustEndedWindowIsNoop", testWindowAdjustEnded},
+	{"FixedWindow/CapacityChanged", testWindowCapacity},
 	{"CalendarMonth/JanToFeb", testMonthJanFeb},
 	{"CalendarMonth/DecToJan", testMonthDecJan},
+	{"CalendarMonth/CapacityChanged", testMonthCapacity},
 	{"AllOrNothing", testAllOrNothing},
 	{"PeekDoesNotCharge", testPeek},
 	{"KeysIndependent", testKeysIndependent},
@@ -391,6 +395,125 @@ func testBucketRefundCap(e *env) {
 	k2 := []store.Debit{debit(e.key("b2"), l, 0)}
 	e.adjust(k2, &store.Ticket{Window: []int64{0}}, -7)
 	e.remaining(e.peek(k2...), 0, 10, 0)
+}
+
+// A bucket whose capacity is raised keeps the usage it counted: a bucket in
+// debt under the old Max has the new Max minus what it consumed, not its
+// old (negative) level. Settlements of reservations made under the old Max
+// apply to the same usage.
+func testBucketRaised(e *env) {
+	long := 1000 * time.Hour // 3 units per 1000 h: drift refills nothing
+	old, raised := Bucket(3000, long), Bucket(10000, long)
+	k := e.key("b")
+	ds := []store.Debit{debit(k, old, 2900)}
+	r := e.reserve(ds...)
+	e.allowed(r)
+	e.adjust(ds, &r.Ticket, 205) // real usage 3105: 105 in debt
+	p := e.peek(debit(k, old, 1))
+	e.remaining(p, 0, -105, 1)
+	e.denied(p, 0, false)
+
+	p = e.peek(debit(k, raised, 6895))
+	e.allowed(p)
+	e.remaining(p, 0, 6895, 1)
+	e.duration("ResetAfter", p.ResetAfter[0], long/10000*3105)
+	e.denied(e.peek(debit(k, raised, 6897)), 0, false)
+
+	// The reservation made under the old Max settles under the new one:
+	// 100 refunded.
+	e.adjust([]store.Debit{debit(k, raised, 0)}, &r.Ticket, -100)
+	r = e.reserve(debit(k, raised, 6995))
+	e.allowed(r)
+	e.remaining(r, 0, 0, 1)
+	// And back to the old Max: consumed 10000, 7000 in debt.
+	e.remaining(e.peek(debit(k, old, 0)), 0, -7000, 1)
+	// A refund never goes past full, under any Max.
+	e.adjust([]store.Debit{debit(k, old, 0)}, &store.Ticket{Window: []int64{0}, Origin: r.Ticket.Origin}, -20000)
+	e.remaining(e.peek(debit(k, raised, 0)), 0, 10000, 0)
+}
+
+// A bucket whose capacity is lowered keeps the usage it counted: not a full
+// bucket of the new Max, and it refills at the new Max per period.
+func testBucketLowered(e *env) {
+	per := 10 * time.Hour
+	old, lowered := Bucket(2000, per), Bucket(500, per) // 500 per 10 h: 1 unit per 72 s
+	k, fresh := e.key("b"), e.key("fresh")
+	e.allowed(e.reserve(debit(k, old, 400)))
+	e.remaining(e.peek(debit(fresh, lowered, 0)), 0, 500, 0)
+
+	p := e.peek(debit(k, lowered, 100))
+	e.allowed(p)
+	e.remaining(p, 0, 100, 1)
+	e.duration("ResetAfter", p.ResetAfter[0], 400*per/500)
+	p = e.peek(debit(k, lowered, 102))
+	e.denied(p, 0, false)
+	e.duration("RetryAfter", p.RetryAfter, 2*per/500)
+
+	// Refill runs at the new Max: 72 min give back 60 units (at the old
+	// Max they would have given 240).
+	e.clk.Advance(72 * time.Minute)
+	e.remaining(e.peek(debit(k, lowered, 0)), 0, 160, 1)
+
+	// A settlement under the new Max that charges more than it has left:
+	// in debt, denied until the refill repays it.
+	ds := []store.Debit{debit(k, lowered, 100)} // consumed 340 + 100
+	r := e.reserve(ds...)
+	e.allowed(r)
+	e.remaining(r, 0, 60, 1)
+	e.adjust(ds, &r.Ticket, 1000) // consumed 1440
+	p = e.peek(debit(k, lowered, 1))
+	e.remaining(p, 0, -940, 1)
+	e.denied(p, 0, false)
+	e.duration("RetryAfter", p.RetryAfter, 941*per/500)
+	e.denied(e.reserve(debit(k, lowered, 1)), 0, false)
+	// Under the old Max the same usage leaves 560.
+	e.remaining(e.peek(debit(k, old, 0)), 0, 560, 1)
+}
+
+// A window's usage is kept across a capacity change: lowered below what
+// was used, it is denied until the window ends; raised, it has more room.
+func testWindowCapacity(e *env) {
+	old, lowered, raised := Window(100, time.Hour), Window(50, time.Hour), Window(200, time.Hour)
+	k := e.key("w")
+	_, end := store.WindowStart(store.FixedWindow, time.Hour, start)
+	r := e.reserve(debit(k, old, 70))
+	e.allowed(r)
+
+	p := e.peek(debit(k, lowered, 0))
+	e.remaining(p, 0, -20, 0)
+	e.denied(p, 0, false)
+	e.duration("RetryAfter", p.RetryAfter, end.Sub(start))
+	e.denied(e.reserve(debit(k, lowered, 1)), 0, false)
+
+	r2 := e.reserve(debit(k, raised, 130))
+	e.allowed(r2)
+	e.remaining(r2, 0, 0, 0)
+	// A settlement of the reservation made under the old Max applies to
+	// the same window.
+	e.adjust([]store.Debit{debit(k, lowered, 0)}, &r.Ticket, -30)
+	e.remaining(e.peek(debit(k, raised, 0)), 0, 30, 0)
+	e.remaining(e.peek(debit(k, lowered, 0)), 0, -120, 0)
+
+	// The next window starts empty under the new Max.
+	e.clk.Set(end)
+	r = e.reserve(debit(k, lowered, 50))
+	e.allowed(r)
+	e.remaining(r, 0, 0, 0)
+}
+
+func testMonthCapacity(e *env) {
+	k := e.key("m")
+	e.clk.Set(time.Date(2025, time.April, 30, 23, 0, 0, 0, time.UTC))
+	e.allowed(e.reserve(debit(k, Month(1000), 800)))
+	p := e.peek(debit(k, Month(500), 0))
+	e.remaining(p, 0, -300, 0)
+	e.denied(p, 0, false)
+	e.duration("RetryAfter", p.RetryAfter, time.Hour)
+	r := e.reserve(debit(k, Month(5000), 4200))
+	e.allowed(r)
+	e.remaining(r, 0, 0, 0)
+	e.clk.Set(time.Date(2025, time.May, 1, 0, 0, 0, 0, time.UTC))
+	e.remaining(e.peek(debit(k, Month(500), 0)), 0, 500, 0)
 }
 
 // minuteBounds returns the minute window around the fake clock's start.
