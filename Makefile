@@ -5,16 +5,21 @@ GO        ?= go
 BIN       := bin/sluice
 PKGS      := ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
+# `sluice version` prints it.
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
 
 .PHONY: all build run test test-go test-node-deps bench lint fmt generate clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/sluice
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sluice
 
 # Runs a gateway with its embedded default deployment, against the built-in
-# mock upstream (no provider key or cloud account needed).
+# mock upstream (no provider key or cloud account needed). With OPENAI_API_KEY
+# set it goes to api.openai.com instead, behind a key generated at start and
+# printed once (the public demo key is then refused).
 run: build
 	$(BIN) gateway
 

@@ -592,12 +592,13 @@ func chatUsage(t testing.TB, body []byte) (prompt, completion int64) {
 
 // deployment assembles a document: one mock provider (plus a two-target
 // provider "retrying" whose first target is the flaky upstream), the given
-// applications and routes (YAML list items under "routes:").
+// applications and routes (YAML list items under "routes:"). Both providers
+// forward the mock's x-mock-* fault headers and X-E2e-Id.
 func deploymentDoc(apps []string, routes string) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: sluice/v1\nproviders:\n")
-	b.WriteString("  - {name: mock, type: openai, url: \"${MOCK_URL}\"}\n")
-	b.WriteString("  - {name: retrying, type: openai, targets: [\"${FLAKY_URL}\", \"${MOCK_URL}\"], retries: 2}\n")
+	b.WriteString("  - {name: mock, type: openai, url: \"${MOCK_URL}\", forwardHeaders: [\"x-mock-*\", \"" + headerE2EID + "\"]}\n")
+	b.WriteString("  - {name: retrying, type: openai, targets: [\"${FLAKY_URL}\", \"${MOCK_URL}\"], retries: 2, forwardHeaders: [\"x-mock-*\", \"" + headerE2EID + "\"]}\n")
 	if len(apps) > 0 {
 		b.WriteString("applications:\n")
 		for _, a := range apps {

@@ -42,6 +42,7 @@ providers:
   - name: mock
     type: openai
     url: %s
+    forwardHeaders: ["x-mock-*"]
 applications:
   - id: e2e-node
     name: Node client

@@ -293,7 +293,8 @@ func deployment(targets []string, retries int, chain ...config.PolicyEntry) *con
 		APIVersion: "sluice/v1",
 		Providers: []config.Provider{{Name: "openai", Type: "openai", Targets: targets,
 			Auth:    &config.Auth{Header: "Authorization", Value: "Bearer upstream-secret"},
-			Retries: &retries, Timeout: config.Duration(20 * time.Second)}},
+			Retries: &retries, Timeout: config.Duration(20 * time.Second),
+			ForwardHeaders: []string{"x-mock-*", "x-fake-*"}}},
 		Routes: []config.Route{{Name: "r1", Context: "/openai", Provider: "openai", Policies: chain}},
 	}
 }

@@ -8,14 +8,17 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +27,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"sluice/dialect"
 	"sluice/gateway/config"
+	"sluice/gwerror"
 	"sluice/policies"
 )
 
@@ -67,6 +72,10 @@ type Options struct {
 	// Backoff is the wait before retry attempt i (1-based); nil: 25ms doubling,
 	// capped at 250ms.
 	Backoff func(attempt int) time.Duration
+	// SeparateMetrics removes /metrics from Handler: it is then served only
+	// by ServeMetrics, on a listener of its own (sluice gateway
+	// --metrics-listen), so the proxy port never exposes it.
+	SeparateMetrics bool
 }
 
 // Gateway is the data plane. Its methods are safe for concurrent use.
@@ -84,8 +93,11 @@ type Gateway struct {
 	// applyMu serialises Apply so snapshots are built one at a time.
 	applyMu sync.Mutex
 
-	srvMu sync.Mutex
-	srv   *http.Server
+	srvMu      sync.Mutex
+	srv        *http.Server
+	metricsSrv *http.Server
+	// shut is set by Shutdown: a Serve that starts after it returns at once.
+	shut bool
 }
 
 // New returns a Gateway without configuration; /readyz fails and proxied paths
@@ -183,8 +195,9 @@ func (g *Gateway) newEcho() *echo.Echo {
 		}
 		return c.String(http.StatusOK, "ready\n")
 	})
-	mh := promhttp.HandlerFor(g.opts.Metrics, promhttp.HandlerOpts{})
-	e.GET("/metrics", echo.WrapHandler(mh))
+	if !g.opts.SeparateMetrics {
+		e.GET("/metrics", echo.WrapHandler(g.metricsHandler()))
+	}
 	proxy := func(c echo.Context) error {
 		g.serveProxy(c.Response().Writer, c.Request())
 		return nil
@@ -199,7 +212,7 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Handler returns the HTTP handler serving proxied routes and the operations
-// endpoints /healthz, /readyz and /metrics.
+// endpoints /healthz, /readyz and /metrics (unless Options.SeparateMetrics).
 func (g *Gateway) Handler() http.Handler { return http.HandlerFunc(g.root) }
 
 // root gives every response server.writeTimeout from its start (the proxy
@@ -220,23 +233,58 @@ func (g *Gateway) root(w http.ResponseWriter, r *http.Request) {
 	g.echo.ServeHTTP(w, r)
 }
 
-// Serve accepts connections on ln until Shutdown. It returns
-// http.ErrServerClosed after a Shutdown. Request headers must arrive within
-// server.readHeaderTimeout of the configuration loaded when Serve starts
+// metricsHandler serves the Prometheus registry. When the configuration sets
+// server.metricsToken it requires "Authorization: Bearer <token>" (compared
+// in constant time), on whichever listener serves it.
+func (g *Gateway) metricsHandler() http.Handler {
+	mh := promhttp.HandlerFor(g.opts.Metrics, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s := g.snap.Load(); s != nil && s.metricsToken != "" && !bearerIs(r, s.metricsToken) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
+			gwerror.New(http.StatusUnauthorized, gwerror.TypeAuthentication, gwerror.CodeInvalidMetricsToken,
+				"/metrics requires Authorization: Bearer <server.metricsToken>").Write(w, dialect.OpenAI, "")
+			return
+		}
+		mh.ServeHTTP(w, r)
+	})
+}
+
+// bearerIs reports whether r carries "Authorization: Bearer token".
+func bearerIs(r *http.Request, token string) bool {
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// newServer is an http.Server for h. Request headers must arrive within
+// server.readHeaderTimeout of the configuration loaded when serving starts
 // (net/http reads it per connection and cannot change it while serving);
 // bodies and writes are bounded per request by the configuration current then.
-func (g *Gateway) Serve(ln net.Listener) error {
+func (g *Gateway) newServer(h http.Handler) *http.Server {
 	headerTimeout := DefaultReadHeaderTimeout
 	if s := g.snap.Load(); s != nil {
 		headerTimeout = s.readHeaderTimeout
 	}
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(g.root),
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
+}
+
+// Serve accepts connections on ln until Shutdown. It returns
+// http.ErrServerClosed after a Shutdown, at once when Shutdown came first.
+func (g *Gateway) Serve(ln net.Listener) error {
+	srv := g.newServer(http.HandlerFunc(g.root))
 	g.srvMu.Lock()
+	if g.shut {
+		g.srvMu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
 	if g.srv != nil {
 		g.srvMu.Unlock()
 		return errors.New("gateway: already serving")
@@ -246,19 +294,48 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	return srv.Serve(ln)
 }
 
+// ServeMetrics serves GET /metrics, and nothing else, on ln until Shutdown.
+// It returns http.ErrServerClosed after a Shutdown.
+func (g *Gateway) ServeMetrics(ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", g.metricsHandler())
+	srv := g.newServer(mux)
+	g.srvMu.Lock()
+	if g.shut {
+		g.srvMu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	if g.metricsSrv != nil {
+		g.srvMu.Unlock()
+		return errors.New("gateway: already serving metrics")
+	}
+	g.metricsSrv = srv
+	g.srvMu.Unlock()
+	return srv.Serve(ln)
+}
+
 // Shutdown stops accepting connections and waits for in-flight requests and
 // streams to finish until ctx is done; then it closes the remaining
-// connections (their requests end Cancelled) and returns ctx's error.
+// connections (their requests end Cancelled) and returns ctx's error. The
+// metrics listener, if any, is shut down last, so a scrape during the drain
+// still answers.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.srvMu.Lock()
-	srv := g.srv
+	srv, msrv := g.srv, g.metricsSrv
+	g.shut = true
 	g.srvMu.Unlock()
-	if srv == nil {
-		return nil
+	var err error
+	if srv != nil {
+		if err = srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
 	}
-	err := srv.Shutdown(ctx)
-	if err != nil {
-		_ = srv.Close()
+	if msrv != nil {
+		if merr := msrv.Shutdown(ctx); merr != nil {
+			_ = msrv.Close()
+			err = cmp.Or(err, merr)
+		}
 	}
 	return err
 }

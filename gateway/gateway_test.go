@@ -287,13 +287,16 @@ func TestRetriesFailover(t *testing.T) {
 		t.Fatalf("the request phase must run once and finish once: %+v", finals)
 	}
 
-	// Every target down: the last 5xx is passed through after 1+retries attempts.
+	// Every target down: the last 5xx is wrapped in a 502 upstream_error
+	// naming it, after 1+retries attempts.
 	down.hits.Store(0)
 	env2 := startGateway(t, deployment([]string{s1.URL}, 2, rec("a", nil)))
-	resp, _ := env2.post(t, "/openai/v1/chat/completions", "application/json",
+	resp, body := env2.post(t, "/openai/v1/chat/completions", "application/json",
 		`{"model":"m","messages":[]}`, map[string]string{"X-Request-Id": "req-all-down"})
-	if resp.StatusCode != 503 || down.hits.Load() != 3 {
-		t.Fatalf("status %d after %d attempts; want 503 after 3", resp.StatusCode, down.hits.Load())
+	if resp.StatusCode != 502 || down.hits.Load() != 3 || resp.Header.Get("X-Sluice-Error-Code") != "upstream_error" ||
+		!strings.Contains(string(body), "HTTP 503 (after 3 attempts)") {
+		t.Fatalf("status %d %s after %d attempts; want 502 upstream_error after 3: %s", resp.StatusCode,
+			resp.Header.Get("X-Sluice-Error-Code"), down.hits.Load(), body)
 	}
 	finals = env2.log.waitFinals(t, "req-all-down", 1)
 	if finals[0].Kind != policies.UpstreamFailed {

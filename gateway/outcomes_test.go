@@ -48,7 +48,7 @@ func TestOutcomeExactlyOnce(t *testing.T) {
 		{name: "success stream", upstream: mock.URL, body: streamBody, wantStatus: 200,
 			want: map[string]policies.OutcomeKind{"a": policies.Completed, "b": policies.Completed}},
 		{name: "upstream 5xx", upstream: mock.URL, body: chatBody, header: map[string]string{"x-mock-status": "500"},
-			wantStatus: 500, want: map[string]policies.OutcomeKind{"a": policies.UpstreamFailed, "b": policies.UpstreamFailed}},
+			wantStatus: 502, wantCode: "upstream_error", want: map[string]policies.OutcomeKind{"a": policies.UpstreamFailed, "b": policies.UpstreamFailed}},
 		{name: "upstream timeout", upstream: fakeSrv.URL, timeout: 300 * time.Millisecond, body: chatBody,
 			header: map[string]string{"x-fake-hang": "1"}, wantStatus: 504, wantCode: "upstream_timeout",
 			want: map[string]policies.OutcomeKind{"a": policies.UpstreamFailed, "b": policies.UpstreamFailed}},

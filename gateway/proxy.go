@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -174,8 +175,24 @@ func (x *exchange) serve() {
 	}
 	x.rt = rt
 	x.dialect = dialectFor(rest, rt.provider.typ)
-	if rest == quotaPath {
+	if c := rt.cors; c != nil {
+		if isPreflight(r) {
+			x.preflight(c)
+			return
+		}
+		if !c.anyOrigin {
+			w.Header().Add("Vary", "Origin")
+		}
+		if acao := c.allowOrigin(r.Header.Get("Origin")); acao != "" {
+			x.w = &corsWriter{ResponseWriter: w, p: c, origin: acao}
+		}
+	}
+	switch rest {
+	case quotaPath:
 		x.quota(rest)
+		return
+	case modelsPath:
+		x.models(rest)
 		return
 	}
 	ep, ok := llmapi.EndpointForPath(rest)
@@ -272,27 +289,13 @@ func (x *exchange) proxy() {
 	x.upstreamStart = g.now()
 	resp, err := g.forward(ctx, p, x.call)
 	if err != nil {
-		if ctx.Err() != nil {
-			x.finish(policies.Cancelled, 0, nil, ctx.Err())
-			return
-		}
-		var gerr *gwerror.Error
-		var ue *upstreamError
-		if errors.As(err, &ue) && ue.timeout {
-			gerr = gwerror.New(http.StatusGatewayTimeout, gwerror.TypeUpstream, gwerror.CodeUpstreamTimeout,
-				"the upstream provider "+p.name+" did not answer in time")
-		} else {
-			gerr = gwerror.New(http.StatusBadGateway, gwerror.TypeUpstream, gwerror.CodeUpstreamUnavailable,
-				"the upstream provider "+p.name+" is unreachable")
-		}
-		x.fail(gerr)
-		x.finish(policies.UpstreamFailed, gerr.Status, nil, err)
+		x.forwardFailed(err)
 		return
 	}
 	defer resp.Body.Close()
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		x.passThroughError(resp)
+		x.upstreamStatus(resp)
 		return
 	}
 	if llm.Stream && isEventStream(resp.Header.Get("Content-Type")) {
@@ -316,8 +319,56 @@ func asksStreamUsage(typ string, ep llmapi.Endpoint) bool {
 	return false
 }
 
-// passThroughError hands a non-2xx upstream answer to the client unchanged.
-func (x *exchange) passThroughError(resp *http.Response) {
+// forwardFailed answers a request whose upstream exchange got no response
+// (forward's error): the client's cancellation, the last attempt's timeout
+// (504) or a connection failure (502).
+func (x *exchange) forwardFailed(err error) {
+	ctx, p := x.r.Context(), x.rt.provider
+	if ctx.Err() != nil {
+		x.finish(policies.Cancelled, 0, nil, ctx.Err())
+		return
+	}
+	var gerr *gwerror.Error
+	var ue *upstreamError
+	if errors.As(err, &ue) && ue.timeout {
+		gerr = gwerror.New(http.StatusGatewayTimeout, gwerror.TypeUpstream, gwerror.CodeUpstreamTimeout,
+			"the upstream provider "+p.name+" did not answer in time")
+	} else {
+		gerr = gwerror.New(http.StatusBadGateway, gwerror.TypeUpstream, gwerror.CodeUpstreamUnavailable,
+			"the upstream provider "+p.name+" is unreachable")
+	}
+	x.fail(gerr)
+	x.finish(policies.UpstreamFailed, gerr.Status, nil, err)
+}
+
+// passThroughStatus reports whether an upstream error status is one the
+// client can act on (fix its request, slow down), so that the provider's own
+// answer is the most useful one. The others are the gateway's problem: its
+// credential (401, 403) or the provider's outage (5xx), and are wrapped.
+func passThroughStatus(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusConflict,
+		http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType,
+		http.StatusUnprocessableEntity, http.StatusTooManyRequests:
+		return true
+	}
+	return false
+}
+
+// upstreamStatus answers a non-2xx upstream response (after retries). A
+// status the client can act on is passed through: status, headers (minus
+// hop-by-hop; a 429 keeps Retry-After and x-ratelimit-*) and body unchanged.
+// Any other is wrapped in the gateway's error: 502 upstream_auth_failed for
+// 401 and 403 (the provider refused the gateway's credential; its body can
+// echo part of the key and is never shown), 502 upstream_error naming the
+// status otherwise. The response phase does not run; the outcome is
+// UpstreamFailed.
+func (x *exchange) upstreamStatus(resp *http.Response) {
+	status := resp.StatusCode
+	if !passThroughStatus(status) {
+		x.wrapUpstreamStatus(resp)
+		return
+	}
 	buf := x.g.getBuf()
 	defer x.g.putBuf(buf)
 	_, rerr := readBounded(buf, resp.Body, maxResponseBytes)
@@ -325,9 +376,40 @@ func (x *exchange) passThroughError(resp *http.Response) {
 	copyResponseHeader(h, resp.Header)
 	x.addClientHeaders()
 	h.Set("Content-Length", strconv.Itoa(buf.Len()))
-	x.writeHeader(resp.StatusCode)
+	x.writeHeader(status)
 	_ = x.writeBody(buf.Bytes())
-	x.finish(policies.UpstreamFailed, resp.StatusCode, nil, rerr)
+	x.finish(policies.UpstreamFailed, status, nil, rerr)
+}
+
+// upstreamLogBody bounds the part of a wrapped upstream error body that is
+// logged for the operator.
+const upstreamLogBody = 512
+
+func (x *exchange) wrapUpstreamStatus(resp *http.Response) {
+	status, p := resp.StatusCode, x.rt.provider
+	var gerr *gwerror.Error
+	logArgs := []any{"request_id", x.reqID, "provider", p.name, "target", targetOf(resp), "status", status,
+		"upstream_request_id", resp.Header.Get("X-Request-Id")}
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		gerr = gwerror.New(http.StatusBadGateway, gwerror.TypeUpstream, gwerror.CodeUpstreamAuthFailed,
+			fmt.Sprintf("the upstream provider %s refused the gateway's credential (HTTP %d); the gateway's configuration must be fixed, your API key is not the problem", p.name, status))
+		// The body is not logged either: it can echo part of the credential.
+	default:
+		msg := fmt.Sprintf("the upstream provider %s answered HTTP %d", p.name, status)
+		if status >= 500 && p.retries > 0 {
+			msg += fmt.Sprintf(" (after %d attempts)", 1+p.retries)
+		}
+		gerr = gwerror.New(http.StatusBadGateway, gwerror.TypeUpstream, gwerror.CodeUpstreamError, msg)
+		snippet := make([]byte, upstreamLogBody)
+		n, _ := io.ReadFull(resp.Body, snippet)
+		logArgs = append(logArgs, "body", string(snippet[:n]))
+	}
+	x.g.log.Warn("upstream error answer wrapped", logArgs...)
+	// Drain a little so the connection can be reused.
+	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+	x.fail(gerr)
+	x.finish(policies.UpstreamFailed, gerr.Status, nil, fmt.Errorf("upstream %s answered %d", p.name, status))
 }
 
 func (x *exchange) body(resp *http.Response) {
@@ -551,7 +633,11 @@ func terminalEvent(ev *sse.Event) bool {
 }
 
 // finish delivers the outcome (the runner ignores all but the first call).
+// Requests the gateway answers without a run (GET /v1/models) have none.
 func (x *exchange) finish(kind policies.OutcomeKind, status int, usage *llmapi.Usage, err error) {
+	if x.run == nil {
+		return
+	}
 	x.run.Finish(policies.Outcome{Kind: kind, Status: status, Usage: usage, Err: err})
 }
 
@@ -646,29 +732,120 @@ func tooLarge(limit int64) *gwerror.Error {
 		fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
 }
 
-// readBody reads the request body once, refusing more than limit bytes. The
-// returned slice is owned by the request (it goes upstream from memory).
+// readBody reads the request body once, refusing more than limit bytes. A
+// body with Content-Encoding gzip is decompressed here, and limit bounds both
+// the compressed and the decompressed bytes: the buffer never grows past
+// limit+1 bytes, whatever the compression ratio (a zip bomb is a 413 after
+// limit+1 bytes of output). Any other encoding is a 415. The returned slice is
+// owned by the request (it goes upstream from memory, plain).
 func readBody(r *http.Request, limit int64) ([]byte, *gwerror.Error) {
+	gz, gerr := bodyEncoding(r.Header)
+	if gerr != nil {
+		return nil, gerr
+	}
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
-	size := int64(512)
-	if r.ContentLength > 0 {
-		size = r.ContentLength + 1 // +1 so a correct length needs no regrowth to see EOF
+	if !gz {
+		size := int64(512)
+		if r.ContentLength > 0 {
+			size = r.ContentLength + 1 // +1 so a correct length needs no regrowth to see EOF
+		}
+		body, over, err := readAllBounded(r.Body, limit, size)
+		switch {
+		case over:
+			return nil, tooLarge(limit)
+		case err != nil:
+			return nil, bodyReadError(err, "could not read the request body")
+		}
+		return body, nil
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	compressed := &countingReader{r: io.LimitReader(r.Body, limit+1)}
+	zr, err := gzip.NewReader(compressed)
+	if err != nil {
+		if compressed.n > limit {
+			return nil, tooLarge(limit)
+		}
+		return nil, gwerror.BadRequest(gwerror.CodeInvalidRequest, "could not decompress the gzip request body: %v", err)
+	}
+	body, over, err := readAllBounded(zr, limit, 4096)
+	switch {
+	case over || compressed.n > limit:
+		return nil, tooLarge(limit)
+	case err != nil:
+		return nil, bodyReadError(err, "could not decompress the gzip request body")
+	}
+	return body, nil
+}
+
+// bodyReadError is the answer to a failed body read: 408 when the body did
+// not arrive within the server's read timeout, else 400.
+func bodyReadError(err error, what string) *gwerror.Error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil, gwerror.New(http.StatusRequestTimeout, gwerror.TypeInvalidRequest, gwerror.CodeRequestTimeout,
+		return gwerror.New(http.StatusRequestTimeout, gwerror.TypeInvalidRequest, gwerror.CodeRequestTimeout,
 			"the request body did not arrive within the server's read timeout")
 	}
-	if err != nil {
-		return nil, gwerror.BadRequest(gwerror.CodeInvalidRequest, "could not read the request body: %v", err)
+	return gwerror.BadRequest(gwerror.CodeInvalidRequest, "%s: %v", what, err)
+}
+
+// bodyEncoding reads Content-Encoding: gz is true for gzip (or its alias
+// x-gzip), false for none or identity; any other coding, or several, is a
+// 415 naming it.
+func bodyEncoding(h http.Header) (gz bool, gerr *gwerror.Error) {
+	var codings []string
+	for _, v := range h.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			c = strings.ToLower(strings.TrimSpace(c))
+			if c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
 	}
-	if n > limit {
-		return nil, tooLarge(limit)
+	switch {
+	case len(codings) == 0:
+		return false, nil
+	case len(codings) == 1 && (codings[0] == "gzip" || codings[0] == "x-gzip"):
+		return true, nil
 	}
-	return buf.Bytes(), nil
+	return false, gwerror.New(http.StatusUnsupportedMediaType, gwerror.TypeInvalidRequest, gwerror.CodeUnsupportedMedia,
+		fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed or with Content-Encoding: gzip", strings.Join(codings, ", ")))
+}
+
+// readAllBounded reads r to EOF into a buffer of initial capacity size that
+// grows by doubling but never past limit+1 bytes; over reports that r held
+// more than limit bytes.
+func readAllBounded(r io.Reader, limit, size int64) (buf []byte, over bool, err error) {
+	buf = make([]byte, 0, min(size, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(2*int64(cap(buf))+512, limit+1))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, true, nil
+		}
+		switch {
+		case err == io.EOF:
+			return buf, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // readBounded reads r into buf, failing when it holds more than limit bytes.

@@ -60,7 +60,8 @@ func mockDeployment(upstream string, chain ...config.PolicyEntry) *config.Deploy
 	return &config.Deployment{
 		APIVersion: "sluice/v1",
 		Providers: []config.Provider{{Name: "openai", Type: "openai", URL: upstream,
-			Retries: &retries, Timeout: config.Duration(5 * time.Second)}},
+			Retries: &retries, Timeout: config.Duration(5 * time.Second),
+			ForwardHeaders: []string{"x-mock-*"}}},
 		Applications: []config.Application{
 			{ID: "app-a", Name: "A", APIKeys: []string{config.HashKey(keyA)}},
 			{ID: "app-b", Name: "B", APIKeys: []string{config.HashKey(keyB)}},

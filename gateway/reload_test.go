@@ -26,6 +26,7 @@ providers:
     type: openai
     url: %URL%
     retries: 0
+    forwardHeaders: ["x-mock-*"]
 routes:
   - name: %ROUTE%
     context: %CTX%

@@ -24,6 +24,8 @@ type snapshot struct {
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
 	writeTimeout      time.Duration
+	// metricsToken, when set, is the bearer token /metrics requires.
+	metricsToken string
 }
 
 type route struct {
@@ -31,6 +33,8 @@ type route struct {
 	context  string // normalised: leading "/", no trailing "/"; "" for the root
 	provider *provider
 	chain    *policies.Chain
+	// cors is nil when the route sets no cors.
+	cors *corsPolicy
 }
 
 type provider struct {
@@ -42,6 +46,8 @@ type provider struct {
 	authValue  string
 	timeout    time.Duration
 	retries    int
+	// forward is the set of client headers sent upstream.
+	forward headerSet
 }
 
 func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
@@ -54,6 +60,7 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 		readHeaderTimeout: orDefault(d.Server.ReadHeaderTimeout.D(), DefaultReadHeaderTimeout),
 		readTimeout:       orDefault(d.Server.ReadTimeout.D(), DefaultReadTimeout),
 		writeTimeout:      orDefault(d.Server.WriteTimeout.D(), DefaultWriteTimeout),
+		metricsToken:      d.Server.MetricsToken,
 	}
 	if s.maxRequestBytes <= 0 {
 		s.maxRequestBytes = DefaultMaxRequestBytes
@@ -99,7 +106,7 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 				return nil, err
 			}
 		}
-		s.routes = append(s.routes, &route{name: rc.Name, context: ctx, provider: p, chain: ch})
+		s.routes = append(s.routes, &route{name: rc.Name, context: ctx, provider: p, chain: ch, cors: newCORS(rc.CORS)})
 	}
 	sort.SliceStable(s.routes, func(i, j int) bool { return len(s.routes[i].context) > len(s.routes[j].context) })
 	return s, nil
@@ -138,6 +145,7 @@ func buildProvider(pc *config.Provider) (*provider, error) {
 		timeout: time.Duration(pc.Timeout),
 		retries: DefaultRetries,
 	}
+	p.forward = forwardSet(p.typ, pc.ForwardHeaders)
 	if p.timeout <= 0 {
 		p.timeout = DefaultUpstreamTimeout
 	}

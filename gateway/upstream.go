@@ -40,7 +40,10 @@ var errAttemptTimeout = errors.New("attempt timed out")
 // A client cancellation stops at once and returns ctx's error.
 func (g *Gateway) forward(ctx context.Context, p *provider, call *policies.Call) (*http.Response, error) {
 	header := upstreamHeader(call, p)
-	body := call.Request.LLM.Raw
+	var body []byte
+	if call.Request.LLM != nil {
+		body = call.Request.LLM.Raw
+	}
 	attempts := 1 + p.retries
 	var lastErr error
 	for i := 0; i < attempts; i++ {
@@ -98,13 +101,16 @@ func (g *Gateway) attempt(ctx context.Context, p *provider, ti int, call *polici
 		timedOut.Store(true)
 		cancel()
 	})
+	// The client's query string is not forwarded: nothing the gateway
+	// proxies takes one, and it is where keys leak (?api_key=).
 	u := *p.targets[ti]
 	u.Path = u.Path + call.Request.Path
 	u.RawPath = ""
-	if len(call.Request.Query) > 0 {
-		u.RawQuery = call.Request.Query.Encode()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, u.String(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(actx, call.Request.Method, u.String(), rd)
 	if err != nil {
 		timer.Stop()
 		cancel()
@@ -173,40 +179,14 @@ func connectionTokens(h http.Header) []string {
 	return out
 }
 
-// upstreamHeader is the header sent upstream: the client's (policies have
-// already stripped its credentials) minus hop-by-hop and framing headers, plus
-// the provider's credential. Accept-Encoding is dropped so the transport
-// negotiates gzip itself and hands back plain bytes to parse usage from.
-func upstreamHeader(call *policies.Call, p *provider) http.Header {
-	in := call.Request.Header
-	conn := connectionTokens(in)
-	out := make(http.Header, len(in)+2)
-	for k, vs := range in {
-		if isHopHeader(k, conn) {
-			continue
-		}
-		switch k {
-		case "Host", "Content-Length", "Accept-Encoding", "Expect", "X-Request-Id":
-			continue
-		}
-		out[k] = vs
-	}
-	out.Set("X-Request-Id", call.Shared.RequestID)
-	if p.authHeader != "" {
-		out.Set(p.authHeader, p.authValue)
-	}
-	if _, ok := out["Content-Type"]; !ok {
-		out.Set("Content-Type", "application/json")
-	}
-	return out
-}
-
 // copyResponseHeader copies an upstream response header to the client, minus
-// hop-by-hop and framing headers.
+// hop-by-hop and framing headers and the provider's CORS headers: which
+// origins may read an answer is the route's cors setting, not the
+// provider's.
 func copyResponseHeader(dst, src http.Header) {
 	conn := connectionTokens(src)
 	for k, vs := range src {
-		if isHopHeader(k, conn) || k == "Content-Length" {
+		if isHopHeader(k, conn) || k == "Content-Length" || strings.HasPrefix(k, "Access-Control-") {
 			continue
 		}
 		dst[k] = vs

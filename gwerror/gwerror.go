@@ -51,6 +51,13 @@ const (
 	CodeInternal              = "internal_error"
 	CodeUpstreamUnavailable   = "upstream_unavailable"
 	CodeUpstreamTimeout       = "upstream_timeout"
+	// CodeUpstreamAuthFailed: the provider refused the gateway's credential.
+	CodeUpstreamAuthFailed = "upstream_auth_failed"
+	// CodeUpstreamError: the provider answered an error the client cannot
+	// act on (5xx after retries, and other statuses not passed through).
+	CodeUpstreamError = "upstream_error"
+	// CodeInvalidMetricsToken: GET /metrics without server.metricsToken.
+	CodeInvalidMetricsToken = "invalid_metrics_token"
 )
 
 // Header names of the error contract.

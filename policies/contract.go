@@ -81,6 +81,16 @@ type Identifier interface {
 	Identify(c *Call) *gwerror.Error
 }
 
+// ModelFilter is implemented by policies that restrict which models a caller
+// may use. The gateway answers GET {context}/v1/models with the provider's
+// list minus every model that some chain member's AllowsModel rejects, after
+// identifying the caller (Identifier). AllowsModel must decide exactly as the
+// policy's request phase would for a request naming model, charge nothing and
+// keep no per-request state.
+type ModelFilter interface {
+	AllowsModel(c *Call, model string) bool
+}
+
 // Call is one request's view for policies.
 type Call struct {
 	Ctx    context.Context

@@ -43,6 +43,27 @@ func (es ParamErrors) Error() string {
 	return strings.Join(parts, "; ")
 }
 
+// ParamRef is one application id named in a policy's params. Path locates it
+// inside the params object as ParamError.Path does (a map key's path ends in
+// the key, a list element's in its index).
+type ParamRef struct {
+	Path []string
+	ID   string
+}
+
+// ApplicationReferrer is implemented by params structs whose values name
+// application ids (per-application lists, overrides). The deployment check,
+// which `sluice validate` and the gateway's load both run, reports every id
+// that no applications[].id defines at its param's file:line: a restriction
+// or an override for a mistyped id would otherwise never apply, and the
+// application would silently get the defaults. The id
+// sharedctx.DefaultApplicationID ("default", the consumer scope of requests
+// without an application) is always accepted; a policy for which it means
+// nothing rejects it in its own Validate.
+type ApplicationReferrer interface {
+	ApplicationRefs() []ParamRef
+}
+
 // Reflector returns the reflector that turns params structs into JSON Schema.
 // Fields are optional unless tagged `jsonschema:"required"`; unknown keys are
 // rejected (additionalProperties: false).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,28 +30,33 @@ import (
 	"sluice/tokencount"
 )
 
+const gatewaySynopsis = `sluice gateway [--config FILE] [--listen ADDR] [--metrics-listen ADDR] [flags]
+
+Serves the deployment in FILE (reloaded when it changes and on SIGHUP). Without
+--config it serves the embedded demo deployment: against the built-in mock
+upstream with the demo key sk-sluice-demo, or, when OPENAI_API_KEY is set,
+against api.openai.com (or OPENAI_BASE_URL) with a key generated at start and
+printed once on stderr.`
+
 func cmdGateway(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "deployment file (default: the embedded demo deployment)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
+	metricsListen := fs.String("metrics-listen", "", "serve /metrics only on this address, not on --listen")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	pricingFile := fs.String("pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
 	watchEvery := fs.Duration("watch-interval", 2*time.Second, "how often to check the config file for changes")
 	pf := platformFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice gateway: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, gatewaySynopsis, args, stdout, stderr); !ok {
+		return code
 	}
 	logger, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 2
 	}
+	logger.Info("sluice gateway starting", "version", buildVersion())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -58,20 +64,25 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		return pf.run(ctx, *cfgPath, *listen, *pricingFile, logger, stdout, stderr)
 	}
 
-	var load func() (*config.Deployment, error)
-	if *cfgPath != "" {
-		path := *cfgPath
-		load = func() (*config.Deployment, error) { return config.Load(path) }
-	} else {
-		load = func() (*config.Deployment, error) { return config.Default(os.Getenv) }
+	load, demoKey, err := deploymentSource(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		return 1
 	}
 	d, err := load()
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
 	}
-
-	if *cfgPath == "" && os.Getenv("OPENAI_API_KEY") == "" {
+	switch {
+	case demoKey != "":
+		// Printed once, on stderr, never logged: it is a credential.
+		fmt.Fprintf(stderr, "\n%s is set: the demo deployment sends requests to %s with it, so the public demo key %s is disabled.\n"+
+			"API key for this run (generated at start, shown only now):\n\n    %s\n\n",
+			config.EnvOpenAIKey, d.Providers[0].URL, config.DemoKey, demoKey)
+		logger.Warn("demo deployment with a real provider key: the public demo key is disabled; use the key printed above",
+			"upstream", d.Providers[0].URL)
+	case *cfgPath == "":
 		stopMock, err := startMock(logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice gateway: starting the mock upstream: %v\n", err)
@@ -100,9 +111,10 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 	tokens.Warm()
 
 	gw, err := gateway.New(gateway.Options{
-		Registry: builtin.Registry(),
-		Logger:   logger,
-		Metrics:  reg,
+		Registry:        builtin.Registry(),
+		Logger:          logger,
+		Metrics:         reg,
+		SeparateMetrics: *metricsListen != "",
 		Services: policies.Services{
 			Logger:   logger,
 			Now:      time.Now,
@@ -120,6 +132,7 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
 	}
+	logDeployment(logger, d)
 	running := d.Counters
 	reload := func(why string) {
 		logger.Info("reloading configuration", "trigger", why)
@@ -153,9 +166,22 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
 	}
+	metricsErr := make(chan error, 1)
+	if *metricsListen != "" {
+		mln, err := net.Listen("tcp", *metricsListen)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "sluice gateway: --metrics-listen: %v\n", err)
+			return 1
+		}
+		go func() { metricsErr <- gw.ServeMetrics(mln) }()
+		logger.Info("metrics listening", "addr", mln.Addr().String(), "url", "http://"+mln.Addr().String()+"/metrics",
+			"token", d.Server.MetricsToken != "")
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gw.Serve(ln) }()
-	logger.Info("gateway listening", "addr", ln.Addr().String(), "config", d.Source, "routes", len(d.Routes))
+	logger.Info("gateway listening", "addr", ln.Addr().String(), "config", d.Source, "routes", len(d.Routes),
+		"metrics", metricsWhere(*metricsListen, d.Server.MetricsToken != ""))
 	fmt.Fprintf(stdout, "sluice gateway listening on http://%s\n", ln.Addr())
 
 	for {
@@ -169,6 +195,12 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			return 0
+		case err := <-metricsErr:
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("metrics server stopped", "error", err)
+				return 1
+			}
+			continue
 		case <-ctx.Done():
 		}
 		break
@@ -183,6 +215,53 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 	<-serveErr
 	logger.Info("gateway stopped")
 	return 0
+}
+
+// metricsWhere says where /metrics is served, for the startup log.
+func metricsWhere(metricsListen string, token bool) string {
+	where := "on this listener"
+	if metricsListen != "" {
+		where = "only on --metrics-listen"
+	}
+	if token {
+		return where + ", bearer token required"
+	}
+	return where + ", open"
+}
+
+// deploymentSource is how the gateway (re)loads its deployment: the file at
+// path, or the embedded demo deployment. With OPENAI_API_KEY set and no file,
+// the demo application's key is generated here, once, so that reloads keep
+// it and the public config.DemoKey never fronts a real provider key; it is
+// returned for the operator, else demoKey is "".
+func deploymentSource(path string) (load func() (*config.Deployment, error), demoKey string, err error) {
+	if path != "" {
+		return func() (*config.Deployment, error) { return config.Load(path) }, "", nil
+	}
+	if os.Getenv(config.EnvOpenAIKey) != "" {
+		if demoKey, err = newKey(rand.Reader); err != nil {
+			return nil, "", fmt.Errorf("generating the demo key: %w", err)
+		}
+	}
+	return func() (*config.Deployment, error) { return config.Default(os.Getenv, demoKey) }, demoKey, nil
+}
+
+// logDeployment logs what the gateway serves: each route with its provider's
+// upstream URLs, and the counter store in use (without credentials).
+func logDeployment(logger *slog.Logger, d *config.Deployment) {
+	urls := map[string]string{}
+	for _, p := range d.Providers {
+		targets := p.Targets
+		if len(targets) == 0 {
+			targets = []string{p.URL}
+		}
+		urls[p.Name] = strings.Join(targets, ",")
+	}
+	for _, r := range d.Routes {
+		logger.Info("route", "name", r.Name, "context", r.Context, "provider", r.Provider,
+			"upstream", urls[r.Provider], "policies", len(r.Policies))
+	}
+	logger.Info("counter store", counters.Describe(d.Counters)...)
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

@@ -55,6 +55,7 @@ providers:
   - name: mock
     type: openai
     url: %s
+    forwardHeaders: ["x-mock-*"]
 applications:
   - id: app-cmd
     name: cmd test
@@ -160,14 +161,14 @@ func TestGatewayProcess(t *testing.T) {
 		mustStatus(t, gw.URL, "gpt-4o-mini", 200)
 		gw.WaitLog(t, 5*time.Second, "reloading configuration", "file changed")
 
-		// Unknown param on line 21 (the line after "allow:"), column 11.
+		// Unknown param on line 22 (the line after "allow:"), column 11.
 		bad := deploymentDoc(mock.URL, []string{"gpt-4o"}, `alow: ["gpt-4o"]`)
-		if got := strings.Split(bad, "\n")[20]; !strings.HasPrefix(strings.TrimSpace(got), "alow:") {
-			t.Fatalf("test fixture: line 21 is %q", got)
+		if got := strings.Split(bad, "\n")[21]; !strings.HasPrefix(strings.TrimSpace(got), "alow:") {
+			t.Fatalf("test fixture: line 22 is %q", got)
 		}
 		writeAtomically(t, path, bad)
 		line := gw.WaitLog(t, 10*time.Second, "keeping the last good configuration")
-		for _, want := range []string{path + ":21:11", "routes[0].policies[1].params.alow", "unknown parameter"} {
+		for _, want := range []string{path + ":22:11", "routes[0].policies[1].params.alow", "unknown parameter"} {
 			if !strings.Contains(line, want) {
 				t.Fatalf("reload error does not name %q:\n%s", want, line)
 			}

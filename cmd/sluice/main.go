@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +25,7 @@ func commands() []command {
 		{"policies", "list policy definitions: sluice policies [schema NAME]", cmdPolicies},
 		{"serve", "run the platform and a gateway in one process: sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR]", cmdServe},
 		{"platform", "run the control plane: sluice platform [--admin-listen ADDR] [--data DIR | --database URL]", cmdPlatform},
+		{"version", "print the version and the Go version it was built with", cmdVersion},
 	}
 }
 
@@ -32,6 +35,8 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "sluice COMMAND --help (or sluice help COMMAND) describes a command's flags.")
 }
 
 func main() {
@@ -39,12 +44,19 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout)
-		if len(args) == 0 {
-			return 2
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		if len(args) == 2 && args[0] == "help" {
+			return run([]string{args[1], "--help"}, stdout, stderr)
 		}
+		usage(stdout)
 		return 0
+	case "--version", "-version":
+		return cmdVersion(nil, stdout, stderr)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
@@ -54,4 +66,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// parseFlags parses a command's flags. -h and --help print the usage
+// (synopsis and flags) on stdout and exit 0; a bad flag prints the problem
+// and the usage on stderr and exits 2. ok is false when the command must
+// return code at once.
+func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	printUsage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: %s\n\nflags:\n", synopsis)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(stderr)
+	}
+	fs.SetOutput(stderr)
+	fs.Usage = func() {} // printed below, on the right stream
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(stdout)
+		return 0, false
+	case err != nil:
+		printUsage(stderr)
+		return 2, false
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "sluice %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		printUsage(stderr)
+		return 2, false
+	}
+	return 0, true
 }

@@ -15,14 +15,9 @@ import (
 
 func cmdMockLLM(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mock-llm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:9000", "address to listen on")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice mock-llm: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, "sluice mock-llm [--listen ADDR]", args, stdout, stderr); !ok {
+		return code
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

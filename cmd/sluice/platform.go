@@ -81,12 +81,8 @@ func cmdPlatform(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("platform", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := addPlatformFlags(fs, true)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice platform: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, "sluice platform [--admin-listen ADDR] [--data DIR | --database URL] [flags]\n\nRuns the control plane alone: the platform API under /api/v1.", args, stdout, stderr); !ok {
+		return code
 	}
 	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
 	if err != nil {

@@ -30,12 +30,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
 	pricingFile := fs.String("pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
 	o := addPlatformFlags(fs, false)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, "sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR] [flags]\n\nRuns the platform and a gateway in one process; the gateway serves each\nprovider under /<provider name>/.", args, stdout, stderr); !ok {
+		return code
 	}
 	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
 	if err != nil {
@@ -94,4 +90,9 @@ func (f localFeed) Next(ctx context.Context, after int64, wait time.Duration) (*
 
 func (f localFeed) Report(ctx context.Context, s pull.Status) error {
 	return f.p.Report(ctx, f.id, delivery.Status{Version: s.Version, Result: s.Result, Error: s.Error, KeysLastUsed: s.KeysLastUsed})
+}
+
+// isHelp reports whether args ask for a command's usage.
+func isHelp(args []string) bool {
+	return len(args) == 1 && (args[0] == "-h" || args[0] == "--help")
 }

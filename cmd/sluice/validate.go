@@ -13,7 +13,7 @@ import (
 // fields, references and every policy chain against the built-in policies.
 // Exit status: 0 valid, 1 invalid (one problem per line on stderr), 2 usage.
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+	if isHelp(args) {
 		fmt.Fprintln(stdout, "usage: sluice validate FILE")
 		return 0
 	}

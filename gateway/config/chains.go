@@ -35,6 +35,7 @@ func BuildChains(d *Deployment, reg *policies.Registry, svc *policies.Services) 
 		}
 	}
 	chains := make(map[string]*policies.Chain, len(d.Routes))
+	apps := applicationIDs(d)
 	var errs Errors
 	for i, r := range d.Routes {
 		specs := make([]policies.EntrySpec, len(r.Policies))
@@ -48,10 +49,13 @@ func BuildChains(d *Deployment, reg *policies.Registry, svc *policies.Services) 
 		}
 		// BuildChain stops at the first bad entry; decoding every entry's
 		// params first (pure, nothing is constructed) reports them all.
-		if pre := precheck(reg, info, specs); len(pre) > 0 {
+		pre, decoded := precheck(reg, info, specs)
+		refs := d.applicationRefErrors(i, decoded, apps)
+		if len(pre) > 0 || len(refs) > 0 {
 			for _, e := range pre {
 				errs = append(errs, d.chainErrors(reg, i, e)...)
 			}
+			errs = append(errs, refs...)
 			continue
 		}
 		ch, err := reg.BuildChain(info, specs, svc, GatewayProvided)
@@ -68,9 +72,11 @@ func BuildChains(d *Deployment, reg *policies.Registry, svc *policies.Services) 
 }
 
 // precheck resolves every entry's definition and decodes its params, without
-// constructing anything, and returns the problems of all entries.
-func precheck(reg *policies.Registry, info policies.RouteInfo, specs []policies.EntrySpec) []*policies.EntryError {
+// constructing anything, and returns the problems of all entries and the
+// decoded params by entry (nil where they did not decode).
+func precheck(reg *policies.Registry, info policies.RouteInfo, specs []policies.EntrySpec) ([]*policies.EntryError, []any) {
 	var out []*policies.EntryError
+	decoded := make([]any, len(specs))
 	for i, s := range specs {
 		if s.Name == "" {
 			continue // Validate reports it
@@ -92,16 +98,71 @@ func precheck(reg *policies.Registry, info policies.RouteInfo, specs []policies.
 			}
 			continue
 		}
-		if _, err := reg.DecodeParams(def, s.Params); err != nil {
+		params, err := reg.DecodeParams(def, s.Params)
+		if err != nil {
 			var pe policies.ParamErrors
 			if errors.As(err, &pe) {
 				out = append(out, &policies.EntryError{Index: i, Field: "params", Params: pe})
 			} else {
 				out = append(out, &policies.EntryError{Index: i, Field: "params", Message: err.Error()})
 			}
+			continue
+		}
+		decoded[i] = params
+	}
+	return out, decoded
+}
+
+// applicationIDs is the set of application ids d defines.
+func applicationIDs(d *Deployment) map[string]bool {
+	ids := make(map[string]bool, len(d.Applications))
+	for _, a := range d.Applications {
+		if a.ID != "" {
+			ids[a.ID] = true
+		}
+	}
+	return ids
+}
+
+// applicationRefErrors reports, for route i, every application id named by
+// a params struct (policies.ApplicationReferrer) that apps does not define,
+// at the param's position.
+func (d *Deployment) applicationRefErrors(route int, decoded []any, apps map[string]bool) Errors {
+	var out Errors
+	for j, params := range decoded {
+		ar, ok := params.(policies.ApplicationReferrer)
+		if !ok {
+			continue
+		}
+		for _, ref := range ar.ApplicationRefs() {
+			if apps[ref.ID] || ref.ID == sharedctx.DefaultApplicationID || ref.ID == "" {
+				continue // "" is the policy's own Validate error
+			}
+			field := d.paramPath(fmt.Sprintf("routes[%d].policies[%d].params", route, j), ref.Path)
+			out = append(out, d.errorAt(field, true, "application %q is not defined in applications (%s): the entry would never apply",
+				ref.ID, definedApplications(d)))
 		}
 	}
 	return out
+}
+
+// definedApplications lists d's application ids for an error hint, the first
+// few only.
+func definedApplications(d *Deployment) string {
+	const most = 8
+	var ids []string
+	for _, a := range d.Applications {
+		if a.ID != "" {
+			ids = append(ids, a.ID)
+		}
+	}
+	switch {
+	case len(ids) == 0:
+		return "none is defined"
+	case len(ids) > most:
+		return "defined: " + quoteList(ids[:most]) + fmt.Sprintf(" and %d more", len(ids)-most)
+	}
+	return "defined: " + quoteList(ids)
 }
 
 // Check validates d and builds its chains against reg without serving them,

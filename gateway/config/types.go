@@ -36,6 +36,9 @@ type Server struct {
 	// WriteTimeout bounds each write to a client: a client that does not take
 	// a stream event or a piece of a body in that time is cut (default 30s).
 	WriteTimeout Duration `yaml:"writeTimeout"`
+	// MetricsToken, when set, is the bearer token GET /metrics requires
+	// (Authorization: Bearer <token>), wherever /metrics is served.
+	MetricsToken string `yaml:"metricsToken"`
 }
 
 // Counters selects and configures the counter store.
@@ -76,6 +79,10 @@ type Provider struct {
 	Timeout Duration `yaml:"timeout"`
 	// Retries is the number of extra attempts across targets (default 2).
 	Retries *int `yaml:"retries"`
+	// ForwardHeaders adds client request headers to the ones the gateway
+	// forwards upstream: exact names or prefixes ending in "*", compared
+	// without regard to case.
+	ForwardHeaders []string `yaml:"forwardHeaders"`
 }
 
 // Auth is the credential header the gateway adds upstream.
@@ -111,6 +118,24 @@ type Route struct {
 	Context  string        `yaml:"context"`
 	Provider string        `yaml:"provider"`
 	Policies []PolicyEntry `yaml:"policies"`
+	// CORS, when set, lets browsers on the listed origins call the route.
+	CORS *CORS `yaml:"cors"`
+}
+
+// CORS is a route's cross-origin policy. Preflight requests (OPTIONS) are
+// answered by the gateway without running the chain.
+type CORS struct {
+	// AllowOrigins lists origins ("https://app.example.com") or "*" for any.
+	AllowOrigins []string `yaml:"allowOrigins"`
+	// AllowHeaders adds request headers (exact or prefix*) to the default
+	// set a preflight may ask for.
+	AllowHeaders []string `yaml:"allowHeaders"`
+	// ExposeHeaders adds response headers (exact or prefix*) to the default
+	// set a page may read.
+	ExposeHeaders []string `yaml:"exposeHeaders"`
+	// MaxAge is how long a browser may cache a preflight answer (unset: the
+	// browser's default).
+	MaxAge Duration `yaml:"maxAge"`
 }
 
 // PolicyEntry is one chain member.

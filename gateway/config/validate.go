@@ -57,6 +57,13 @@ func validate(d *Deployment) Errors {
 			add(d.errorAt(f.field, false, "must be positive"))
 		}
 	}
+	if t := d.Server.MetricsToken; t != "" {
+		if msg := controlCharProblem(t); msg != "" {
+			add(d.errorAt("server.metricsToken", false, "%s", msg))
+		} else if strings.ContainsAny(t, " ") {
+			add(d.errorAt("server.metricsToken", false, "must not contain spaces (value not shown): it is sent as \"Authorization: Bearer <token>\""))
+		}
+	}
 	validateCounters(d, add)
 	providerTypes := validateProviders(d, add)
 	validateApplications(d, add)
@@ -80,16 +87,8 @@ func validateCounters(d *Deployment, add func(*Error)) {
 		add(d.errorAt("counters.backend", false, "unknown backend %q: want memory or redis", c.Backend))
 	}
 	r := c.Redis
-	if r.URL != "" {
-		u, err := url.Parse(r.URL)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-			add(d.errorAt("counters.redis.url", false, "want a redis:// or rediss:// URL with a host"))
-		}
-	}
-	for i, a := range r.Addrs {
-		if !strings.Contains(a, ":") || strings.Contains(a, "://") {
-			add(d.errorAt(fmt.Sprintf("counters.redis.addrs[%d]", i), false, "want host:port, got %q", a))
-		}
+	for _, p := range redisProblems(r) {
+		add(d.errorAt("counters.redis."+p.field, p.wantKey, "%s", p.msg))
 	}
 	if strings.ContainsAny(r.KeyPrefix, "{} \t\n") {
 		add(d.errorAt("counters.redis.keyPrefix", false, "must not contain braces or whitespace (keys carry Redis Cluster hash tags)"))
@@ -98,9 +97,6 @@ func validateCounters(d *Deployment, add func(*Error)) {
 	case "", "open", "closed":
 	default:
 		add(d.errorAt("counters.redis.failureMode", false, "unknown failure mode %q: want open or closed", r.FailureMode))
-	}
-	if r.PoolSize < 0 {
-		add(d.errorAt("counters.redis.poolSize", false, "must not be negative"))
 	}
 }
 
@@ -148,6 +144,24 @@ func validateProviders(d *Deployment, add func(*Error)) map[string]string {
 				add(d.errorAt(base+".auth.header", false, "invalid header name %q", p.Auth.Header))
 			}
 		}
+		if p.Auth != nil {
+			switch {
+			case p.Auth.Value == "":
+				add(d.errorAt(base+".auth.value", true, "empty: the provider would get an empty credential (an unset or empty ${VAR}?)"))
+			default:
+				if msg := controlCharProblem(p.Auth.Value); msg != "" {
+					add(d.errorAt(base+".auth.value", false, "%s", msg))
+				}
+			}
+		}
+		for j, h := range p.ForwardHeaders {
+			field := fmt.Sprintf("%s.forwardHeaders[%d]", base, j)
+			if msg := headerPatternProblem(h); msg != "" {
+				add(d.errorAt(field, false, "%s", msg))
+			} else if why := UnforwardableHeader(h); why != "" {
+				add(d.errorAt(field, false, "%s is never forwarded: %s", h, why))
+			}
+		}
 		if p.Timeout < 0 {
 			add(d.errorAt(base+".timeout", false, "must be positive"))
 		}
@@ -170,7 +184,12 @@ func upstreamURLProblem(s string) string {
 	case u.RawQuery != "" || u.Fragment != "":
 		return fmt.Sprintf("URL %q must not have a query or fragment", s)
 	case u.User != nil:
-		return fmt.Sprintf("URL %q must not carry credentials: use auth", s)
+		return "the URL must not carry credentials: use auth"
+	case strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1"):
+		base := *u
+		base.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
+		base.RawPath = ""
+		return fmt.Sprintf("the url is the API base without /v1: the route path /v1/... is appended (write %q)", base.String())
 	}
 	return ""
 }
@@ -256,7 +275,52 @@ func validateRoutes(d *Deployment, providerTypes map[string]string, add func(*Er
 			}
 			validateResources(d, fmt.Sprintf("%s.policies[%d].resources", base, j), p.Resources, add)
 		}
+		if r.CORS != nil {
+			validateCORS(d, base+".cors", r.CORS, add)
+		}
 	}
+}
+
+func validateCORS(d *Deployment, base string, c *CORS, add func(*Error)) {
+	if len(c.AllowOrigins) == 0 {
+		add(d.errorAt(base+".allowOrigins", true, "required: the origins allowed to call the route, or \"*\" for any"))
+	}
+	for i, o := range c.AllowOrigins {
+		if msg := originProblem(o); msg != "" {
+			add(d.errorAt(fmt.Sprintf("%s.allowOrigins[%d]", base, i), false, "%s", msg))
+		}
+	}
+	for _, list := range []struct {
+		name string
+		pats []string
+	}{{"allowHeaders", c.AllowHeaders}, {"exposeHeaders", c.ExposeHeaders}} {
+		for i, h := range list.pats {
+			if msg := headerPatternProblem(h); msg != "" {
+				add(d.errorAt(fmt.Sprintf("%s.%s[%d]", base, list.name, i), false, "%s", msg))
+			}
+		}
+	}
+	if c.MaxAge < 0 {
+		add(d.errorAt(base+".maxAge", false, "must be positive"))
+	}
+}
+
+// originProblem checks an allowOrigins entry: "*", or scheme://host[:port]
+// as a browser sends it in Origin.
+func originProblem(o string) string {
+	if o == "*" {
+		return ""
+	}
+	u, err := url.Parse(o)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Sprintf("invalid origin %q: want \"*\" or scheme://host[:port], e.g. https://app.example.com", o)
+	case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(o, "/"):
+		return fmt.Sprintf("invalid origin %q: an origin is scheme://host[:port] without path, query or trailing /", o)
+	case strings.Contains(u.Host, "*"):
+		return fmt.Sprintf("invalid origin %q: wildcards are not supported; list each origin, or \"*\" for any", o)
+	}
+	return ""
 }
 
 func providerNames(d *Deployment) []string {

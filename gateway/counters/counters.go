@@ -11,7 +11,9 @@ package counters
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,4 +86,25 @@ func backend(c config.Counters) string {
 		return Memory
 	}
 	return c.Backend
+}
+
+// Describe is the store c selects, as log attributes without credentials:
+// the backend and, for redis, the address(es) (a URL without its user
+// information), cluster mode, key prefix and failure mode.
+func Describe(c config.Counters) []any {
+	if backend(c) == Memory {
+		return []any{"backend", Memory, "scope", "this process only"}
+	}
+	r := c.Redis
+	addr := strings.Join(r.Addrs, ",")
+	if r.URL != "" {
+		if u, err := url.Parse(r.URL); err == nil {
+			u.User = nil
+			addr = u.String()
+		} else {
+			addr = "(unparseable url)"
+		}
+	}
+	return []any{"backend", Redis, "addr", addr, "cluster", r.Cluster || len(r.Addrs) > 1,
+		"key_prefix", r.KeyPrefix, "failure_mode", r.FailureMode}
 }

@@ -62,9 +62,27 @@ type BudgetLimit struct {
 
 // Override is a per-application budget set; it replaces the default budgets.
 type Override struct {
+	// Applications lists the application ids that get these budgets: each an
+	// applications[].id of the deployment, or "default" for requests without
+	// an application.
 	Applications []string      `json:"applications" jsonschema:"required,minItems=1"`
 	BudgetLimits []BudgetLimit `json:"budgetLimits" jsonschema:"required,minItems=1"`
 }
+
+// ApplicationRefs names the applications of overrides, for the deployment
+// check ("default", the scope of requests without an application, may be
+// overridden too).
+func (p *Params) ApplicationRefs() []policies.ParamRef {
+	var refs []policies.ParamRef
+	for i, o := range p.Overrides {
+		for j, app := range o.Applications {
+			refs = append(refs, policies.ParamRef{Path: ratelimit.ParamPath("overrides", i, "applications", j), ID: app})
+		}
+	}
+	return refs
+}
+
+var _ policies.ApplicationReferrer = (*Params)(nil)
 
 func (p *Params) algorithm() string {
 	if p.Algorithm == "" {

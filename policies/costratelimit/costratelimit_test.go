@@ -267,3 +267,20 @@ func xcostWriter() policies.Definition {
 type nopPolicy struct{}
 
 func (nopPolicy) OnRequest(*policies.Call) *gwerror.Error { return nil }
+
+// TestApplicationRefs: every overridden application is reported with its
+// param path, for the deployment check of undefined application ids.
+func TestApplicationRefs(t *testing.T) {
+	p := &costratelimit.Params{Overrides: []costratelimit.Override{
+		{Applications: []string{"app-a"}},
+		{Applications: []string{"app-b", "app-c"}},
+	}}
+	var got []string
+	for _, r := range p.ApplicationRefs() {
+		got = append(got, strings.Join(r.Path, ".")+"="+r.ID)
+	}
+	want := "overrides.0.applications.0=app-a overrides.1.applications.0=app-b overrides.1.applications.1=app-c"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("refs = %v, want %s", got, want)
+	}
+}

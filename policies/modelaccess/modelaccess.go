@@ -32,7 +32,10 @@ type Params struct {
 	// entry in perApplication. Empty or absent: all models.
 	Allow []string `json:"allow,omitempty" jsonschema:"uniqueItems=true"`
 	// Application id to the models it may use; the list replaces allow for
-	// that application. An empty list allows all models.
+	// that application. An empty list allows all models. Every id must be an
+	// applications[].id of the deployment (a mistyped id is an error, not a
+	// restriction that silently never applies); requests without an
+	// application follow allow.
 	PerApplication map[string][]string `json:"perApplication,omitempty"`
 }
 
@@ -58,12 +61,28 @@ func (p *Params) Validate() error {
 			errs = append(errs, &policies.ParamError{Path: []string{"perApplication"}, Message: "application id must not be empty"})
 			continue
 		}
+		if app == sharedctx.DefaultApplicationID {
+			errs = append(errs, &policies.ParamError{Path: []string{"perApplication", app},
+				Message: fmt.Sprintf("%q is not an application: requests without an application follow allow", app)})
+			continue
+		}
 		check([]string{"perApplication", app}, p.PerApplication[app])
 	}
 	if len(errs) > 0 {
 		return errs
 	}
 	return nil
+}
+
+// ApplicationRefs names the applications of perApplication, for the
+// deployment check.
+func (p *Params) ApplicationRefs() []policies.ParamRef {
+	refs := make([]policies.ParamRef, 0, len(p.PerApplication))
+	for app := range p.PerApplication {
+		refs = append(refs, policies.ParamRef{Path: []string{"perApplication", app}, ID: app})
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].ID < refs[j].ID })
+	return refs
 }
 
 func patternProblem(pat string) string {
@@ -144,16 +163,32 @@ func build(p *Params, _ policies.RouteInfo, _ *policies.Services) (policies.Poli
 	return pol, nil
 }
 
+var (
+	_ policies.ModelFilter         = (*policy)(nil)
+	_ policies.ApplicationReferrer = (*Params)(nil)
+)
+
+// listFor is the allowlist of the caller of c.
+func (p *policy) listFor(c *policies.Call) *allowlist {
+	if app := c.Shared.ApplicationID(); app != "" {
+		if l, ok := p.perApp[app]; ok {
+			return l
+		}
+	}
+	return p.global
+}
+
+// AllowsModel reports whether the caller of c may use model: the check of
+// OnRequest, for GET /v1/models.
+func (p *policy) AllowsModel(c *policies.Call, model string) bool {
+	return p.listFor(c).allows(model)
+}
+
 // OnRequest admits the request when its model is on the caller's allowlist.
 // A request that names no model is denied whenever a restriction applies.
 func (p *policy) OnRequest(c *policies.Call) *gwerror.Error {
 	app := c.Shared.ApplicationID()
-	list := p.global
-	if app != "" {
-		if l, ok := p.perApp[app]; ok {
-			list = l
-		}
-	}
+	list := p.listFor(c)
 	model := c.Shared.Model
 	if model == "" && c.Request != nil && c.Request.LLM != nil {
 		model = c.Request.LLM.Model

@@ -71,6 +71,15 @@ func TestModelAccess(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ch := buildChain(t, tt.params)
+			// GET /v1/models filters with AllowsModel: it must decide as
+			// the request phase does.
+			f, ok := ch.Entries()[0].Policy.(policies.ModelFilter)
+			if !ok {
+				t.Fatal("model-access does not implement policies.ModelFilter")
+			}
+			if got := f.AllowsModel(newCall(tt.app, ""), tt.model); got != tt.allow {
+				t.Fatalf("AllowsModel = %v, request phase allow = %v", got, tt.allow)
+			}
 			gerr := ch.Start(newCall(tt.app, tt.model)).Request()
 			if tt.allow {
 				if gerr != nil {
@@ -123,6 +132,8 @@ func TestInvalidPatterns(t *testing.T) {
 		{name: "per app", params: map[string]any{"perApplication": map[string]any{"app-a": []any{"x", "y", "**"}}}, want: "perApplication.app-a.2"},
 		{name: "not a list", params: map[string]any{"allow": "gpt-4o"}, want: "allow"},
 		{name: "unknown key", params: map[string]any{"models": []any{"x"}}, want: "models"},
+		{name: "default is not an application", params: map[string]any{"perApplication": map[string]any{"default": []any{"x"}}},
+			want: "perApplication.default: \"default\" is not an application"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,5 +143,17 @@ func TestInvalidPatterns(t *testing.T) {
 				t.Fatalf("err = %v, want mention of %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestApplicationRefs(t *testing.T) {
+	p := &modelaccess.Params{PerApplication: map[string][]string{"app-b": {"x"}, "app-a": nil}}
+	refs := p.ApplicationRefs()
+	if len(refs) != 2 || refs[0].ID != "app-a" || strings.Join(refs[0].Path, ".") != "perApplication.app-a" ||
+		refs[1].ID != "app-b" || strings.Join(refs[1].Path, ".") != "perApplication.app-b" {
+		t.Fatalf("refs = %+v", refs)
+	}
+	if refs := (&modelaccess.Params{Allow: []string{"x"}}).ApplicationRefs(); len(refs) != 0 {
+		t.Fatalf("refs without perApplication = %+v", refs)
 	}
 }

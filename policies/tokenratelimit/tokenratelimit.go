@@ -75,12 +75,29 @@ type ModelRule struct {
 
 // Override is a per-application limit set.
 type Override struct {
-	// Applications lists the application ids that get these limits.
+	// Applications lists the application ids that get these limits: each an
+	// applications[].id of the deployment, or "default" for requests without
+	// an application.
 	Applications          []string               `json:"applications" jsonschema:"required,minItems=1"`
 	PromptTokenLimits     []ratelimit.CountLimit `json:"promptTokenLimits,omitempty"`
 	CompletionTokenLimits []ratelimit.CountLimit `json:"completionTokenLimits,omitempty"`
 	TotalTokenLimits      []ratelimit.CountLimit `json:"totalTokenLimits,omitempty"`
 }
+
+// ApplicationRefs names the applications of overrides, for the deployment
+// check ("default", the scope of requests without an application, may be
+// overridden too).
+func (p *Params) ApplicationRefs() []policies.ParamRef {
+	var refs []policies.ParamRef
+	for i, o := range p.Overrides {
+		for j, app := range o.Applications {
+			refs = append(refs, policies.ParamRef{Path: ratelimit.ParamPath("overrides", i, "applications", j), ID: app})
+		}
+	}
+	return refs
+}
+
+var _ policies.ApplicationReferrer = (*Params)(nil)
 
 func limitsOf(p, c, t []ratelimit.CountLimit) [3][]ratelimit.CountLimit {
 	return [3][]ratelimit.CountLimit{p, c, t}

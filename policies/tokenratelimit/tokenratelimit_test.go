@@ -588,3 +588,20 @@ func TestRulesOnlyUnmatchedModelPasses(t *testing.T) {
 		t.Fatalf("open %d", n)
 	}
 }
+
+// TestApplicationRefs: every overridden application is reported with its
+// param path, for the deployment check of undefined application ids.
+func TestApplicationRefs(t *testing.T) {
+	p := &tokenratelimit.Params{Overrides: []tokenratelimit.Override{
+		{Applications: []string{"app-a", "default"}},
+		{Applications: []string{"app-b"}},
+	}}
+	var got []string
+	for _, r := range p.ApplicationRefs() {
+		got = append(got, strings.Join(r.Path, ".")+"="+r.ID)
+	}
+	want := "overrides.0.applications.0=app-a overrides.0.applications.1=default overrides.1.applications.0=app-b"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("refs = %v, want %s", got, want)
+	}
+}
