@@ -26,7 +26,7 @@ const streamChargeModel = "gpt-4o-mini"
 // mapping lines, "" for none).
 func streamChargeDoc(apps []string, routes, server string) string {
 	doc := deploymentDoc(apps, routes)
-	doc = strings.Replace(doc, "providers:\n", "providers:\n  - {name: mock-anthropic, type: anthropic, url: \"${MOCK_URL}\"}\n", 1)
+	doc = strings.Replace(doc, "providers:\n", "providers:\n  - {name: mock-anthropic, type: anthropic, url: \"${MOCK_URL}\", forwardHeaders: [\"x-mock-*\", \"X-E2e-Id\"]}\n", 1)
 	if server != "" {
 		doc += "server:\n" + server
 	}
