@@ -50,7 +50,10 @@ func Parse(ep Endpoint, body []byte) (*Request, *gwerror.Error) {
 	if len(body) > maxBody {
 		return nil, invalidJSON("request body of %d bytes is too large to parse", len(body))
 	}
-	p := &parser{ep: ep, body: body, dec: jsontext.NewDecoder(bytes.NewBuffer(body))}
+	// Exact duplicates are found by the parser's own name check (equal names
+	// are equal up to case), once: jsontext's duplicate tracking would do the
+	// same work a second time.
+	p := &parser{ep: ep, body: body, dec: jsontext.NewDecoder(bytes.NewBuffer(body), jsontext.AllowDuplicateNames(true))}
 	p.open, p.names = p.openArr[:0], p.nameArr[:0]
 	r, err := p.request()
 	if err != nil {
@@ -98,6 +101,11 @@ func endpointPath(ep Endpoint) string {
 // maxBody is the largest body Parse reads: name offsets are 31-bit.
 const maxBody = 1<<31 - 1
 
+// MaxMembers bounds the object members of one request body, at every depth
+// together. Checking names costs memory and time per member; far more members
+// than any real request has would let one body cost a second of CPU.
+const MaxMembers = 100_000
+
 // smallObject is how many member names of one object are compared pairwise
 // as they come; a larger object is checked by sorting when it closes.
 const smallObject = 16
@@ -115,6 +123,7 @@ type parser struct {
 	// open objects' members (in body, or in unescaped when a name had escapes).
 	open      []object
 	names     []nameRef
+	members   int // member names read so far, at every depth
 	unescaped []byte
 	openArr   [8]object
 	nameArr   [32]nameRef
@@ -151,9 +160,6 @@ func syntaxError(err error) *gwerror.Error {
 		return invalidJSON("request body is not valid JSON: unexpected end of input")
 	}
 	msg := strings.TrimPrefix(err.Error(), "jsontext: ")
-	if errors.Is(err, jsontext.ErrDuplicateName) {
-		return invalidJSON("request body is not valid JSON: %s; a member name may appear only once per object", msg)
-	}
 	return invalidJSON("request body is not valid JSON: %s", msg)
 }
 

@@ -45,16 +45,16 @@ func benchBodies() []struct {
 		{"chat-short", ChatCompletions, chat(1, "Say hello in one short sentence.", false)},
 		{"chat-10turns-tools", ChatCompletions, chat(10, strings.Repeat("a sentence of ordinary words. ", 12), true)},
 		{"chat-1MiB", ChatCompletions, chat(1, strings.Repeat("a sentence of ordinary words. ", 1<<20/30), false)},
-		// The worst case per byte: 1 MiB of distinct member names in one
-		// object, each checked for duplicates and case-folded twins.
-		{"names-1MiB", ChatCompletions, flatObject(1 << 20)},
+		// The worst case: as many distinct member names in one object as
+		// MaxMembers allows, each checked for duplicates and case-folded twins.
+		{"names-max", ChatCompletions, flatObject(MaxMembers - 2)},
 	}
 }
 
-func flatObject(size int) []byte {
+func flatObject(members int) []byte {
 	var b strings.Builder
 	b.WriteString(`{"model":"m","metadata":{`)
-	for i := 0; b.Len() < size; i++ {
+	for i := 0; i < members; i++ {
 		if i > 0 {
 			b.WriteByte(',')
 		}

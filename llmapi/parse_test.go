@@ -128,7 +128,7 @@ func TestParseRefuses(t *testing.T) {
 		{"lone surrogate", ChatCompletions, `{"model":"m","user":"\ud800"}`, jsonErr, "", "not valid JSON"},
 
 		// Duplicates, at any depth.
-		{"duplicate max_tokens", ChatCompletions, `{"model":"m","max_tokens":1,"max_tokens":1000}`, jsonErr, "", `duplicate object member name "max_tokens"`},
+		{"duplicate max_tokens", ChatCompletions, `{"model":"m","max_tokens":1,"max_tokens":1000}`, jsonErr, "", `duplicate member name "max_tokens"`},
 		{"duplicate stream_options", ChatCompletions, `{"model":"m","stream":true,"stream_options":{"include_usage":true},"stream_options":{"include_usage":false}}`, jsonErr, "", "duplicate"},
 		{"duplicate include_usage", ChatCompletions, `{"model":"m","stream_options":{"include_usage":false,"include_usage":true}}`, jsonErr, "", "duplicate"},
 		{"duplicate model", ChatCompletions, `{"model":"a","model":"b"}`, jsonErr, "", "duplicate"},
@@ -307,5 +307,15 @@ func TestRewritesKeepOneField(t *testing.T) {
 	r, _ = Parse(ChatCompletions, []byte(`{"model":"m"}`))
 	if err := r.SetMaxTokens(0); err == nil {
 		t.Fatal("SetMaxTokens(0) succeeded")
+	}
+}
+
+func TestParseBoundsMembers(t *testing.T) {
+	if _, gerr := Parse(ChatCompletions, flatObject(MaxMembers-2)); gerr != nil {
+		t.Fatalf("%d members: %v", MaxMembers, gerr)
+	}
+	_, gerr := Parse(ChatCompletions, flatObject(MaxMembers-1))
+	if gerr == nil || gerr.Status != 400 || gerr.Code != gwerror.CodeInvalidJSON || !strings.Contains(gerr.Message, "object members") {
+		t.Fatalf("%d members: %v, want 400 invalid_json naming the bound", MaxMembers+1, gerr)
 	}
 }

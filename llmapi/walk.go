@@ -15,8 +15,8 @@ import (
 )
 
 // The walk: one pass of jsontext tokens over the whole body. jsontext checks
-// the syntax, UTF-8 and exact duplicate names at every depth; the parser adds
-// the case-folding checks on member names and reads the fields it needs.
+// the syntax and UTF-8; the parser checks member names at every depth (equal
+// or equal up to case: both are refused) and reads the fields it needs.
 // Nothing is copied: names (unless escaped) and captured values are
 // subslices of the body.
 
@@ -68,6 +68,9 @@ func (p *parser) nameBytes(r nameRef) []byte {
 // this level (their params prefixed with prefix): a name that folds to one of
 // them without being spelled exactly is refused.
 func (p *parser) name(known []string, prefix string) ([]byte, *gwerror.Error) {
+	if p.members++; p.members > MaxMembers {
+		return nil, invalidJSON("request body has more than %d object members", MaxMembers)
+	}
 	v, err := p.dec.ReadValue()
 	if err != nil {
 		return nil, syntaxError(err)
@@ -165,6 +168,9 @@ func (p *parser) foldCollision(first, second []byte) *gwerror.Error {
 	at := string(p.dec.StackPointer().Parent())
 	if at == "" {
 		at = "the top level"
+	}
+	if bytes.Equal(first, second) {
+		return invalidJSON("request body is not valid JSON: duplicate member name %q at %s; a member name may appear only once per object", first, at)
 	}
 	return invalidJSON("request body is not valid JSON: member names %q and %q at %s differ only in case; names of one object must differ by more than case", first, second, at)
 }
