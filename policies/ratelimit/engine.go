@@ -355,7 +355,9 @@ func (e *Engine) storePeek(ctx context.Context, debits []store.Debit, res *store
 func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {
 	e.m.denied[reasonStore].Inc()
 	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		e.logger.Warn("rate-limit store unavailable", "policy", e.policy, "route", e.route.RouteName,
+		// The store logs its outage, rate-limited; a line per request
+		// here would flood the log for as long as it lasts.
+		e.logger.Debug("rate-limit store unavailable", "policy", e.policy, "route", e.route.RouteName,
 			"request_id", c.Shared.RequestID, "err", err)
 		return &gwerror.Error{Status: http.StatusServiceUnavailable, Type: gwerror.TypeServer,
 			Code: gwerror.CodeStoreUnavailable, Policy: e.policy,

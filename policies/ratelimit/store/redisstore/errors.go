@@ -125,12 +125,11 @@ func (s *Store) failed(ctx context.Context, op string, err error, onFail func() 
 	return onFail()
 }
 
-// logFailure logs a failed call: an outage at warn level at most once per
-// logEvery; a bug or an unknown error at error level at most once per
-// back-off period (while the back-off runs no call reaches Redis, so that
-// is every time the store tries Redis again and meets it), so that a bug
-// is not hidden among outage reports. Each line carries the number of
-// reports suppressed since the last one.
+// logFailure logs a failed call: an outage at warn level, a bug or an
+// unknown error at error level (on their own limiter, so that a bug is not
+// hidden among outage reports), each at most once per logEvery. Each line
+// carries the number of reports suppressed since the last one; the metric
+// counts every one.
 func (s *Store) logFailure(op, kind string, err error) {
 	mode := "serving from the local fallback (failureMode open)"
 	if s.closed {
@@ -143,7 +142,7 @@ func (s *Store) logFailure(op, kind string, err error) {
 		}
 		return
 	}
-	if s.bugLog.allow(probeInterval) {
+	if s.bugLog.allow(logEvery) {
 		what := "redisstore: redis call failed with an error that is not an outage (a bug in the store: please report it); "
 		if kind == kindOther {
 			what = "redisstore: redis call failed with an unexpected error; "

@@ -280,8 +280,8 @@ func (h *replyMangler) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 // A reply the store cannot read is a bug of the store, not an outage, and
-// follows the failure mode all the same; it is logged at error level at
-// most once per back-off period.
+// follows the failure mode all the same; it is logged at error level,
+// rate-limited.
 func TestMalformedReplyFollowsFailureMode(t *testing.T) {
 	url := redistest.URL(t)
 	ctx := context.Background()
