@@ -145,6 +145,19 @@ func (m *Manual) Set(at time.Time) {
 	}
 }
 
+// Next is the due time of the earliest timer waiting to fire.
+func (m *Manual) Next() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Time
+	for i, t := range m.pending {
+		if i == 0 || t.due.Before(next) {
+			next = t.due
+		}
+	}
+	return next, len(m.pending) > 0
+}
+
 // Pending is the number of timers waiting to fire.
 func (m *Manual) Pending() int {
 	m.mu.Lock()

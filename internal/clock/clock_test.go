@@ -34,6 +34,9 @@ func TestManualFiresInOrder(t *testing.T) {
 	if m.Pending() != 4 {
 		t.Fatalf("pending %d; want 4", m.Pending())
 	}
+	if next, ok := m.Next(); !ok || !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("Next = %v, %v; want a's due time", next, ok)
+	}
 	m.Advance(2 * time.Second)
 	mu.Lock()
 	if len(got) != 3 || got[0] != "a" || got[1] != "b" || got[2] != "b2" {
