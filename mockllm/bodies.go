@@ -13,10 +13,10 @@ import (
 
 func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
 
-func appendText(b []byte, tokens int64) []byte {
+func appendText(b []byte, text string, tokens int64) []byte {
 	b = append(b, '"')
 	for i := int64(0); i < tokens; i++ {
-		b = append(b, tokenText...)
+		b = append(b, text...)
 	}
 	return append(b, '"')
 }
@@ -78,7 +78,7 @@ func chatBody(b []byte, c *call) []byte {
 		b = append(b, `{"index":`...)
 		b = appendInt(b, int64(i))
 		b = append(b, `,"message":{"role":"assistant","content":`...)
-		b = appendText(b, c.perChoice)
+		b = appendText(b, c.text, c.perChoice)
 		b = append(b, `},"logprobs":null,"finish_reason":"`...)
 		b = append(b, c.finishReason()...)
 		b = append(b, `"}`...)
@@ -96,7 +96,7 @@ func completionsBody(b []byte, c *call) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"text":`...)
-		b = appendText(b, c.perChoice)
+		b = appendText(b, c.text, c.perChoice)
 		b = append(b, `,"index":`...)
 		b = appendInt(b, int64(i))
 		b = append(b, `,"logprobs":null,"finish_reason":"`...)
@@ -199,14 +199,14 @@ func appendOutputMessage(b []byte, c *call, status string, tokens int64) []byte 
 	b = append(b, status...)
 	b = append(b, `","role":"assistant","content":[`...)
 	if status == "completed" {
-		b = appendOutputText(b, tokens)
+		b = appendOutputText(b, c, tokens)
 	}
 	return append(b, "]}"...)
 }
 
-func appendOutputText(b []byte, tokens int64) []byte {
+func appendOutputText(b []byte, c *call, tokens int64) []byte {
 	b = append(b, `{"type":"output_text","text":`...)
-	b = appendText(b, tokens)
+	b = appendText(b, c.text, tokens)
 	return append(b, `,"annotations":[]}`...)
 }
 
@@ -251,7 +251,7 @@ func appendMessage(b []byte, c *call, final bool) []byte {
 	b = gjson.AppendJSONString(b, c.req.Model)
 	if final {
 		b = append(b, `,"content":[{"type":"text","text":`...)
-		b = appendText(b, c.perChoice)
+		b = appendText(b, c.text, c.perChoice)
 		b = append(b, `}],"stop_reason":"`...)
 		b = append(b, c.stopReason()...)
 		b = append(b, `","stop_sequence":null`...)

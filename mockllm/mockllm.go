@@ -2,7 +2,14 @@
 // tests and benchmarks. Prompt tokens are counted with the gateway's own
 // tokencount.Counter, so a gateway estimate and the mock's report agree; each
 // choice produces exactly the requested output bound (16 when unset) of "tok "
-// tokens. Faults are injected per request with x-mock-* headers.
+// tokens (" tok" for a saturable model). Faults are injected per request with
+// x-mock-* headers.
+//
+// With Options.Capacity the mock is a saturable model (see Capacity): requests
+// wait for sequences and KV tokens, prompts go through a prefill stage and
+// tokens come at a decode speed, so that time to first token grows with load.
+// Without it the mock answers at once, as it always has. Either way it counts
+// what it served per tenant (GET /mock/usage).
 package mockllm
 
 import (
@@ -17,6 +24,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"sluice/gwerror"
+	"sluice/internal/clock"
 	"sluice/llmapi"
 	"sluice/tokencount"
 )
@@ -41,6 +49,10 @@ const (
 	// for HeaderDropAfter): nothing more is written, and the connection stays
 	// open until the client goes away.
 	HeaderStallAfter = "X-Mock-Stall-After"
+	// HeaderOutputTokens makes every choice produce exactly this many tokens,
+	// whatever the request's output bound (a provider that ignores
+	// max_tokens); the finish reason is then stop.
+	HeaderOutputTokens = "X-Mock-Output-Tokens"
 )
 
 const (
@@ -52,6 +64,11 @@ const (
 	maxBody       = 64 << 20
 	// tokenText is the text of one generated token.
 	tokenText = "tok "
+	// saturableTokenText is the text of one generated token of a saturable
+	// model: one token for the gateway's tokenizers (tokenText is two for
+	// one and n+1 for n), so that output counted from a cut stream's text
+	// is the number of tokens the mock generated.
+	saturableTokenText = " tok"
 )
 
 // Options configures a mock.
@@ -63,6 +80,13 @@ type Options struct {
 	Now func() time.Time
 	// Models are listed by /v1/models; nil means a default set.
 	Models []string
+	// Capacity, when set, makes the mock a saturable model.
+	Capacity *Capacity
+	// Clock paces the saturable model (nil: the real clock).
+	Clock clock.Clock
+	// UsageHeader names the request header whose value is the tenant in GET
+	// /mock/usage ("": DefaultUsageHeader).
+	UsageHeader string
 }
 
 type server struct {
@@ -71,12 +95,25 @@ type server struct {
 	models  []byte // pre-rendered /v1/models body
 	seq     atomic.Uint64
 	bufs    sync.Pool
+	engine  *engine // nil: no capacity
+	usage   *usageBook
 }
 
 // New returns the mock's handler: /healthz, /v1/models, /v1/chat/completions,
-// /v1/completions, /v1/embeddings, /v1/responses and /v1/messages.
+// /v1/completions, /v1/embeddings, /v1/responses, /v1/messages and
+// /mock/usage. It panics on a Capacity with no sequences.
 func New(opts Options) http.Handler {
-	s := &server{counter: opts.Counter, now: opts.Now}
+	s := &server{counter: opts.Counter, now: opts.Now, usage: newUsageBook(opts.UsageHeader)}
+	if opts.Capacity != nil {
+		if opts.Capacity.Sequences <= 0 {
+			panic("mockllm: Capacity.Sequences must be positive")
+		}
+		clk := opts.Clock
+		if clk == nil {
+			clk = clock.Real
+		}
+		s.engine = newEngine(*opts.Capacity, clk)
+	}
 	if s.counter == nil {
 		s.counter = tokencount.New()
 	}
@@ -98,6 +135,8 @@ func New(opts Options) http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.models) })
+	mux.HandleFunc("GET /mock/usage", s.serveUsage)
+	mux.HandleFunc("DELETE /mock/usage", s.serveUsage)
 	for _, ep := range []struct {
 		path string
 		ep   llmapi.Endpoint
@@ -138,8 +177,17 @@ type call struct {
 	noUsage    bool
 	firstDelay time.Duration
 	tokenDelay time.Duration
-	dropAfter  int // -1: never
-	stallAfter int // -1: never
+	dropAfter  int   // -1: never
+	stallAfter int   // -1: never
+	outputs    int64 // HeaderOutputTokens; -1: not set
+
+	text   string    // the text of one token
+	engine *engine   // the saturable model (nil: none)
+	first  time.Time // when the first token is ready (with an engine)
+	// What was served, for the usage book.
+	prompted bool  // the prompt was processed
+	written  int64 // output tokens written
+	complete bool  // the response was written in full
 }
 
 func (c *call) completion() int64 { return c.perChoice * int64(c.choices) }
@@ -176,7 +224,10 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 			writeJSON(w, gerr.Status, gerr.Envelope())
 			return
 		}
-		c := &call{req: req, id: s.seq.Add(1), created: s.now().Unix(), dropAfter: -1, stallAfter: -1, choices: 1}
+		c := &call{req: req, id: s.seq.Add(1), created: s.now().Unix(), dropAfter: -1, stallAfter: -1, outputs: -1, choices: 1, text: tokenText}
+		if s.engine != nil {
+			c.text = saturableTokenText
+		}
 		if err := readFaults(r.Header, c); err != nil {
 			writeError(w, 400, gwerror.TypeInvalidRequest, "invalid_mock_header", err.Error())
 			return
@@ -193,13 +244,54 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 			c.choices = req.Choices()
 		}
 
+		if c.outputs >= 0 {
+			c.perChoice, c.bounded = min(c.outputs, maxCompletion), false
+		}
 		if ep == llmapi.Embeddings {
 			c.perChoice = 0
 		}
+		seqs, kv := c.choices, c.prompt+c.completion()
+		if s.engine != nil {
+			c.engine = s.engine
+			if !s.engine.fitsEver(seqs, kv) {
+				writeError(w, 400, gwerror.TypeInvalidRequest, "context_length_exceeded",
+					"the request needs "+strconv.Itoa(seqs)+" sequences and "+strconv.FormatInt(kv, 10)+
+						" KV tokens (prompt and output); the mock's capacity is "+s.engine.capy.String())
+				return
+			}
+		}
+		tenant := s.usage.tenant(r.Header)
+		defer func() {
+			u := TenantUsage{Requests: 1, CompletionTokens: c.written}
+			if c.prompted {
+				u.PromptTokens = c.prompt
+			}
+			if c.complete {
+				u.Completed = 1
+			} else {
+				u.Cancelled = 1
+			}
+			s.usage.record(tenant, u)
+		}()
 		if !req.Stream || ep == llmapi.Embeddings {
 			if c.dropAfter >= 0 {
 				panic(http.ErrAbortHandler)
 			}
+			if c.engine != nil {
+				release, err := c.engine.acquire(r.Context(), seqs, kv)
+				if err != nil {
+					return
+				}
+				defer release()
+				if c.first, err = c.engine.prefill(r.Context(), c.prompt); err != nil {
+					return
+				}
+				c.prompted = true
+				if c.engine.waitUntil(r.Context(), c.engine.tokenAt(c.first, c.perChoice-1)) != nil {
+					return
+				}
+			}
+			c.prompted = true
 			delay := c.firstDelay + c.tokenDelay*time.Duration(max(c.perChoice-1, 0))
 			if sleep(r.Context(), delay) != nil {
 				return
@@ -218,7 +310,9 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 			case llmapi.Messages:
 				b = messagesBody(b, c)
 			}
-			writeJSON(w, 200, b)
+			if writeJSON(w, 200, b) == nil {
+				c.written, c.complete = c.completion(), true
+			}
 			if cap(b) <= 1<<20 {
 				*bp = b
 				s.bufs.Put(bp)
@@ -226,6 +320,17 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 			return
 		}
 		st := newStreamer(w, r.Context(), c)
+		if c.engine != nil && !st.failed {
+			release, err := c.engine.acquire(r.Context(), seqs, kv)
+			if err != nil {
+				return
+			}
+			defer release()
+			if c.first, err = c.engine.prefill(r.Context(), c.prompt); err != nil {
+				return
+			}
+		}
+		c.prompted = true
 		switch ep {
 		case llmapi.ChatCompletions, llmapi.Completions:
 			streamOpenAI(st, c)
@@ -234,6 +339,7 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 		case llmapi.Messages:
 			streamMessages(st, c)
 		}
+		c.complete = !st.failed
 	}
 }
 
@@ -278,6 +384,13 @@ func readFaults(h http.Header, c *call) error {
 	if err := events(HeaderStallAfter, &c.stallAfter); err != nil {
 		return err
 	}
+	if v := h.Get(HeaderOutputTokens); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return headerError(HeaderOutputTokens + " must be a non-negative integer (tokens per choice)")
+		}
+		c.outputs = n
+	}
 	c.noUsage = h.Get(HeaderNoUsage) == "true"
 	return nil
 }
@@ -320,12 +433,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, body []byte) {
+func writeJSON(w http.ResponseWriter, status int, body []byte) error {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	_, err := w.Write(body)
+	return err
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {

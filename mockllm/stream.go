@@ -58,7 +58,12 @@ func (st *streamer) maybeDrop() {
 }
 
 // event writes one event whose data is data.
-func (st *streamer) event(name string, data []byte) {
+func (st *streamer) event(name string, data []byte) { st.emit(name, data, false) }
+
+// tokenEvent writes an event that carries one output token.
+func (st *streamer) tokenEvent(name string, data []byte) { st.emit(name, data, true) }
+
+func (st *streamer) emit(name string, data []byte, token bool) {
 	if st.failed {
 		return
 	}
@@ -67,14 +72,18 @@ func (st *streamer) event(name string, data []byte) {
 		st.failed = true
 		return
 	}
+	if token {
+		st.c.written++
+	}
 	st.flush()
 	st.events++
 	st.maybeDrop()
 	st.maybeStall()
 }
 
-// tokenPause waits before a token event: the first-token delay before the first,
-// the token delay before the others.
+// tokenPause waits before a token event: with a saturable model until the
+// token is decoded (one round of choices at a time), then the first-token
+// delay before the first, the token delay before the others.
 func (st *streamer) tokenPause() {
 	if st.failed {
 		return
@@ -83,7 +92,14 @@ func (st *streamer) tokenPause() {
 	if st.tokens == 0 {
 		d = st.c.firstDelay
 	}
+	i, per := st.tokens, max(st.c.choices, 1)
 	st.tokens++
+	if e := st.c.engine; e != nil && i%per == 0 {
+		if e.waitUntil(st.ctx, e.tokenAt(st.c.first, int64(i/per))) != nil {
+			st.failed = true
+			return
+		}
+	}
 	if sleep(st.ctx, d) != nil {
 		st.failed = true
 	}
@@ -133,12 +149,16 @@ func streamOpenAI(st *streamer, c *call) {
 			b = append(b, `,"usage":null`...)
 		}
 		b = append(b, '}')
-		st.event("", b)
+		if withText {
+			st.tokenEvent("", b)
+		} else {
+			st.event("", b)
+		}
 	}
 	for t := int64(0); t < c.perChoice && !st.failed; t++ {
 		for i := 0; i < c.choices; i++ {
 			st.tokenPause()
-			chunk(i, tokenText, true, "")
+			chunk(i, c.text, true, "")
 		}
 	}
 	for i := 0; i < c.choices; i++ {
@@ -168,7 +188,11 @@ func streamResponses(st *streamer, c *call) {
 		seq++
 		b = body(b)
 		b = append(b, '}')
-		st.event(typ, b)
+		if typ == "response.output_text.delta" {
+			st.tokenEvent(typ, b)
+		} else {
+			st.event(typ, b)
+		}
 	}
 	itemID := func(b []byte) []byte {
 		b = append(b, `,"item_id":`...)
@@ -183,21 +207,22 @@ func streamResponses(st *streamer, c *call) {
 	})
 	ev("response.content_part.added", func(b []byte) []byte {
 		b = append(itemID(b), `,"output_index":0,"content_index":0,"part":`...)
-		return appendOutputText(b, 0)
+		return appendOutputText(b, c, 0)
 	})
 	for t := int64(0); t < c.perChoice && !st.failed; t++ {
 		st.tokenPause()
 		ev("response.output_text.delta", func(b []byte) []byte {
-			return append(itemID(b), `,"output_index":0,"content_index":0,"delta":"`+tokenText+`"`...)
+			b = append(itemID(b), `,"output_index":0,"content_index":0,"delta":"`...)
+			return append(append(b, c.text...), '"')
 		})
 	}
 	ev("response.output_text.done", func(b []byte) []byte {
 		b = append(itemID(b), `,"output_index":0,"content_index":0,"text":`...)
-		return appendText(b, c.perChoice)
+		return appendText(b, c.text, c.perChoice)
 	})
 	ev("response.content_part.done", func(b []byte) []byte {
 		b = append(itemID(b), `,"output_index":0,"content_index":0,"part":`...)
-		return appendOutputText(b, c.perChoice)
+		return appendOutputText(b, c, c.perChoice)
 	})
 	ev("response.output_item.done", func(b []byte) []byte {
 		b = append(b, `,"output_index":0,"item":`...)
@@ -217,10 +242,10 @@ func streamMessages(st *streamer, c *call) {
 	b = appendMessage(b, c, false)
 	st.event("message_start", append(b, '}'))
 	st.event("content_block_start", []byte(`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`))
-	delta := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"` + tokenText + `"}}`)
+	delta := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"` + c.text + `"}}`)
 	for t := int64(0); t < c.perChoice && !st.failed; t++ {
 		st.tokenPause()
-		st.event("content_block_delta", delta)
+		st.tokenEvent("content_block_delta", delta)
 	}
 	st.event("content_block_stop", []byte(`{"type":"content_block_stop","index":0}`))
 	b = append(b[:0], `{"type":"message_delta","delta":{"stop_reason":"`...)
