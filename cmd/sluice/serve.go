@@ -55,7 +55,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "sluice platform listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "sluice platform listening on http://%s\nsluice console: http://%s/\n", ln.Addr(), ln.Addr())
 	var wg sync.WaitGroup
 	platformCtx, stopPlatform := context.WithCancel(context.Background())
 	wg.Add(1)
