@@ -118,6 +118,7 @@ export async function newPage(browser, { width = 1280, height = 860 } = {}) {
   const context = await browser.newContext({ viewport: { width, height }, bypassCSP: true, reducedMotion: "reduce" });
   await context.grantPermissions(["clipboard-read", "clipboard-write"]);
   const page = await context.newPage();
+  page.setDefaultTimeout(Number(process.env.PW_TIMEOUT ?? 10000));
   const errors = [];
   page.on("console", (m) => {
     if (m.type() === "error" && !expectedFailure.test(m.text())) errors.push(m.text());
@@ -131,19 +132,25 @@ const axeSource = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
 /** axe-core on the page as it is; returns the serious and critical violations. */
 export async function axeViolations(page) {
   if (!(await page.evaluate(() => typeof window.axe !== "undefined"))) await page.addScriptTag({ content: axeSource });
+    // Notifications fade in; axe reads colours as they are at the moment.
+  await page.waitForTimeout(100);
   const result = await page.evaluate(() =>
     window.axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"] } }),
   );
   return result.violations
     .filter((v) => v.impact === "serious" || v.impact === "critical")
-    .map((v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).slice(0, 5).join(", ")}`);
+    .map((v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.html.slice(0, 160)).slice(0, 4).join(" | ")}`);
 }
 
 /** The page saved at 1280 and 390 px as NAME-1280.png and NAME-390.png; at
- * 390 px nothing may be wider than the window. */
+ * 390 px nothing may be wider than the window. Notifications are hidden for
+ * the pictures; with a dialog open only the window is taken (a full-page
+ * picture would show the overlay over part of the page). */
 export async function shoot(page, name) {
   mkdirSync(screenshotsDir, { recursive: true });
   const { width, height } = page.viewportSize();
+  const dialog = await page.getByRole("dialog").count();
+  const hide = await page.addStyleTag({ content: ".mantine-Notifications-root { display: none !important; }" });
   const out = {};
   for (const w of [1280, 390]) {
     await page.setViewportSize({ width: w, height: w === 390 ? 844 : 860 });
@@ -152,9 +159,10 @@ export async function shoot(page, name) {
       window.scrollTo(0, 0);
     });
     await page.waitForTimeout(150); // layout settles (no animation: reduced motion)
-    await page.screenshot({ path: path.join(screenshotsDir, `${name}-${w}.png`), fullPage: true });
+    await page.screenshot({ path: path.join(screenshotsDir, `${name}-${w}.png`), fullPage: dialog === 0 });
     out[w] = await page.evaluate(() => document.documentElement.scrollWidth);
   }
+  await hide.evaluate((el) => el.remove());
   await page.setViewportSize({ width, height });
   return out;
 }

@@ -6,7 +6,7 @@ import { useMemo } from "react";
 import { ApiError } from "./api/client";
 import { SessionProvider } from "./auth";
 import { router } from "./router";
-import { theme } from "./theme";
+import { cssVariablesResolver, theme } from "./theme";
 
 function makeQueryClient() {
   return new QueryClient({
@@ -25,8 +25,8 @@ function makeQueryClient() {
 export function App() {
   const queryClient = useMemo(makeQueryClient, []);
   return (
-    <MantineProvider theme={theme} defaultColorScheme="light">
-      <Notifications position="top-right" />
+    <MantineProvider theme={theme} cssVariablesResolver={cssVariablesResolver} defaultColorScheme="light">
+      <Notifications position="top-right" autoClose={5000} limit={3} />
       <QueryClientProvider client={queryClient}>
         <SessionProvider onSignOut={() => queryClient.clear()}>
           <RouterProvider router={router} />

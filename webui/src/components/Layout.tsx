@@ -51,8 +51,7 @@ export function Layout() {
         </Group>
       </AppShell.Header>
       <AppShell.Navbar p="xs" aria-label="Main">
-        <nav aria-label="Main">
-          <Stack gap={2}>
+        <Stack gap={2}>
             {nav.map((n) => (
               <NavLink
                 key={n.to}
@@ -64,8 +63,7 @@ export function Layout() {
                 aria-current={pathname === n.to || pathname.startsWith(n.to + "/") ? "page" : undefined}
               />
             ))}
-          </Stack>
-        </nav>
+        </Stack>
       </AppShell.Navbar>
       <AppShell.Main id="main" tabIndex={-1}>
         <Outlet />

@@ -38,6 +38,8 @@ export function GuardrailsTab() {
   const [editing, setEditing] = useState<Editing | null>(null);
   const [deleting, setDeleting] = useState<{ guardrail: Guardrail; etag: string } | null>(null);
   const [busy, setBusy] = useState<string | null>(null);
+  // consumerBased as switched, shown until the saved list arrives.
+  const [switched, setSwitched] = useState<Record<string, boolean>>({});
   const [deleteOpen, del] = useDisclosure(false);
   const narrow = useMediaQuery("(max-width: 40em)");
 
@@ -97,6 +99,7 @@ export function GuardrailsTab() {
 
   async function toggleConsumer(g: Guardrail, on: boolean) {
     setBusy(g.id);
+    setSwitched((m) => ({ ...m, [g.id]: on }));
     try {
       // The latest params with only consumerBased changed, sent with the
       // ETag they were read at.
@@ -108,10 +111,12 @@ export function GuardrailsTab() {
           body: { name: cur.data.name, version: cur.data.version, params },
         }),
       );
-      changed();
+      await qc.invalidateQueries({ queryKey: keys.guardrails(providerId) });
+      invalidateDeployment(qc);
     } catch (e) {
       notifications.show({ color: "red", title: "consumerBased not changed", message: errorText(e) });
     } finally {
+      setSwitched(({ [g.id]: _, ...rest }) => rest);
       setBusy(null);
     }
   }
@@ -216,7 +221,7 @@ export function GuardrailsTab() {
                     {consumer && (
                       <Switch
                         label="consumerBased: one counter per application"
-                        checked={g.params.consumerBased === true}
+                        checked={switched[g.id] ?? g.params.consumerBased === true}
                         disabled={busy === g.id}
                         onChange={(e) => void toggleConsumer(g, e.currentTarget.checked)}
                       />

@@ -137,6 +137,7 @@ function RateLimitEditor({ providerId, server }: { providerId: string; server: V
   async function save(over: Versioned = base) {
     setShowAll(true);
     if (errorCount > 0) return;
+    setAppliedTarget(null);
     setSaving(true);
     setSaveError(null);
     setServer422({ fields: {}, other: [] });
@@ -185,6 +186,7 @@ function RateLimitEditor({ providerId, server }: { providerId: string; server: V
     setConflict(null);
     setTouched(new Set());
     setShowAll(false);
+    setAppliedTarget(null);
     compare.close();
   }
 
