@@ -8,16 +8,10 @@ import Form from "@rjsf/mantine";
 import type { ErrorSchema, RJSFSchema, UiSchema } from "@rjsf/utils";
 import validator from "@rjsf/validator-ajv8";
 import { useMemo, useState } from "react";
-import YAML from "yaml";
 import { ApiError, type GuardrailInput, type Policy, type Problem } from "../api/client";
 import { errorText } from "../components/states";
 import { splitProblems } from "./problems";
-
-export interface EditorValue {
-  name: string;
-  version: string;
-  params: Record<string, unknown>;
-}
+import { parseRaw, rawText, type EditorValue } from "./raw";
 
 type Mode = "form" | "raw";
 
@@ -32,29 +26,6 @@ function formSchema(p: Policy | undefined): RJSFSchema {
 }
 
 const uiSchema: UiSchema = { "ui:submitButtonOptions": { norender: true } };
-
-/** Parses the raw editor's text: an entry {name, version?, params?}. */
-export function parseRaw(text: string): { value?: EditorValue; error?: string } {
-  let doc: unknown;
-  try {
-    doc = YAML.parse(text);
-  } catch (e) {
-    return { error: `Not valid YAML or JSON: ${(e as Error).message}` };
-  }
-  if (!doc || typeof doc !== "object" || Array.isArray(doc)) return { error: "Write one entry: name, version and params." };
-  const d = doc as Record<string, unknown>;
-  const extra = Object.keys(d).filter((k) => !["name", "version", "params"].includes(k));
-  if (extra.length) return { error: `Unknown field ${extra.map((k) => `"${k}"`).join(", ")}: an entry has name, version and params.` };
-  if (typeof d.name !== "string" || !d.name) return { error: "name: the policy's name is required." };
-  if (d.version !== undefined && typeof d.version !== "string") return { error: 'version: a string such as "v1".' };
-  if (d.params !== undefined && d.params !== null && (typeof d.params !== "object" || Array.isArray(d.params)))
-    return { error: "params: an object of the policy's parameters." };
-  return { value: { name: d.name, version: (d.version as string) ?? "v1", params: (d.params as Record<string, unknown>) ?? {} } };
-}
-
-export function rawText(v: EditorValue): string {
-  return YAML.stringify({ name: v.name, version: v.version, params: v.params });
-}
 
 export function GuardrailEditor({
   policies,

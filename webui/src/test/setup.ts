@@ -4,8 +4,9 @@ import { afterEach } from "vitest";
 
 afterEach(() => cleanup());
 
-// jsdom lacks what Mantine reads at mount.
-if (!window.matchMedia) {
+// jsdom lacks what Mantine reads at mount (and a node-environment test has
+// no window at all).
+if (typeof window !== "undefined" && !window.matchMedia) {
   window.matchMedia = (query: string) =>
     ({
       matches: false,
@@ -24,4 +25,4 @@ class RO {
   disconnect() {}
 }
 (globalThis as unknown as { ResizeObserver: typeof RO }).ResizeObserver ??= RO;
-Element.prototype.scrollIntoView ??= () => {};
+if (typeof Element !== "undefined") Element.prototype.scrollIntoView ??= () => {};
