@@ -86,7 +86,7 @@ func cmdPlatform(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("platform", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := addPlatformFlags(fs, true)
-	if code, ok := parseFlags(fs, "sluice platform [--admin-listen ADDR] [--data DIR | --database URL] [flags]\n\nRuns the control plane alone: the platform API under /api/v1.", args, stdout, stderr); !ok {
+	if code, ok := parseFlags(fs, "sluice platform [--admin-listen ADDR] [--data DIR | --database URL] [flags]\n\nRuns the control plane alone: the platform API under /api/v1 and the web\nconsole at / (on --admin-listen).", args, stdout, stderr); !ok {
 		return code
 	}
 	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
