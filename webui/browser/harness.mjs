@@ -29,10 +29,21 @@ export function freePort() {
   });
 }
 
+// Every process started here is killed when the test process exits, also
+// when a test times out before its after() hook could stop them.
+const children = new Set();
+const dataDirs = new Set();
+process.on("exit", () => {
+  for (const p of children) p.kill("SIGKILL");
+  for (const d of dataDirs) rmSync(d, { recursive: true, force: true });
+});
+
 /** Starts bin with args; resolves when a stdout line matches ready (with the
  * match), rejects when it exits first or after timeoutMs. */
 function start(args, env, ready, timeoutMs = 20000) {
   const proc = spawn(sluiceBin, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  children.add(proc);
+  proc.on("exit", () => children.delete(proc));
   let out = "";
   let err = "";
   proc.stderr.on("data", (d) => (err += d));
@@ -68,6 +79,7 @@ async function stop(proc) {
 /** sluice mock-llm and sluice serve, with a fresh data directory and a known admin token. */
 export async function startStack() {
   const data = mkdtempSync(path.join(tmpdir(), "sluice-console-"));
+  dataDirs.add(data);
   const token = "sluice-admin-" + randomBytes(20).toString("hex");
   const [mockPort, gwPort, adminPort] = [await freePort(), await freePort(), await freePort()];
   const mock = await start(["mock-llm", "--listen", `127.0.0.1:${mockPort}`], {}, /listening on (http:\/\/\S+)/);
@@ -92,6 +104,7 @@ export async function startStack() {
       await stop(serve.proc);
       await stop(mock.proc);
       rmSync(data, { recursive: true, force: true });
+      dataDirs.delete(data);
     },
   };
 }
