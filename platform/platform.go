@@ -55,6 +55,9 @@ type Options struct {
 	// WatchEvery is how often the store's version is polled for changes made
 	// by other platform replicas (default 1s).
 	WatchEvery time.Duration
+	// Console, when set, serves every GET the API and /healthz do not (the
+	// web console, package webui).
+	Console http.Handler
 }
 
 // Platform is a running control plane.
@@ -125,6 +128,9 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	srv.Register(e)
+	if o.Console != nil {
+		e.Match([]string{http.MethodGet, http.MethodHead}, "/*", echo.WrapHandler(o.Console))
+	}
 	wctx, stop := context.WithCancel(context.Background())
 	p := &Platform{store: st, hub: hub, api: srv, echo: e, now: o.Now, stop: stop, done: make(chan struct{})}
 	go func() {
@@ -156,7 +162,7 @@ func bootstrapAdmin(ctx context.Context, st store.Store, o Options) error {
 	})
 }
 
-// Handler serves /healthz and the API under /api/v1.
+// Handler serves /healthz, the API under /api/v1 and the console at /.
 func (p *Platform) Handler() http.Handler { return p.echo }
 
 // Close stops the version watch and closes the store.

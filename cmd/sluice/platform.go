@@ -16,6 +16,7 @@ import (
 
 	"sluice/platform"
 	"sluice/policies/builtin"
+	"sluice/webui"
 )
 
 // platformOptions are the flags `sluice platform` and `sluice serve` share.
@@ -44,10 +45,14 @@ func (o platformOptions) open(ctx context.Context, logger *slog.Logger, stdout i
 	if *o.database != "" && os.Getenv("SLUICE_SECRET_KEY") == "" {
 		logger.Warn("PostgreSQL without SLUICE_SECRET_KEY: upstream keys are sealed with the key file in the data directory; every platform replica needs the same key", "data", *o.data)
 	}
+	console, err := webui.NewHandler(webui.Build())
+	if err != nil {
+		return nil, err
+	}
 	return platform.Open(ctx, platform.Options{
 		DataDir: *o.data, DatabaseURL: *o.database,
 		AdminToken: os.Getenv("SLUICE_ADMIN_TOKEN"), SecretKey: os.Getenv("SLUICE_SECRET_KEY"),
-		Announce: stdout, Registry: builtin.Registry(), Logger: logger,
+		Announce: stdout, Registry: builtin.Registry(), Logger: logger, Console: console,
 	})
 }
 
@@ -81,7 +86,7 @@ func cmdPlatform(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("platform", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := addPlatformFlags(fs, true)
-	if code, ok := parseFlags(fs, "sluice platform [--admin-listen ADDR] [--data DIR | --database URL] [flags]\n\nRuns the control plane alone: the platform API under /api/v1.", args, stdout, stderr); !ok {
+	if code, ok := parseFlags(fs, "sluice platform [--admin-listen ADDR] [--data DIR | --database URL] [flags]\n\nRuns the control plane alone: the platform API under /api/v1 and the web\nconsole at / (on --admin-listen).", args, stdout, stderr); !ok {
 		return code
 	}
 	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
@@ -103,7 +108,7 @@ func cmdPlatform(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	logger.Info("platform listening", "addr", ln.Addr().String(), "api", "/api/v1")
-	fmt.Fprintf(stdout, "sluice platform listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "sluice platform listening on http://%s\nsluice console: http://%s/\n", ln.Addr(), ln.Addr())
 	if err := servePlatform(ctx, p, ln, logger); err != nil {
 		logger.Error("platform stopped", "error", err)
 		return 1

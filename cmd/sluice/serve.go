@@ -30,7 +30,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
 	pricingFile := fs.String("pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
 	o := addPlatformFlags(fs, false)
-	if code, ok := parseFlags(fs, "sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR] [flags]\n\nRuns the platform and a gateway in one process; the gateway serves each\nprovider under /<provider name>/.", args, stdout, stderr); !ok {
+	if code, ok := parseFlags(fs, "sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR] [flags]\n\nRuns the platform (API and web console on --admin-listen) and a gateway in\none process; the gateway serves each provider under /<provider name>/.", args, stdout, stderr); !ok {
 		return code
 	}
 	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
@@ -55,7 +55,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "sluice platform listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "sluice platform listening on http://%s\nsluice console: http://%s/\n", ln.Addr(), ln.Addr())
 	var wg sync.WaitGroup
 	platformCtx, stopPlatform := context.WithCancel(context.Background())
 	wg.Add(1)

@@ -1,0 +1,70 @@
+// The console's pages. Every route needs a session: without one the sign-in
+// form shows at the requested address and the page follows once signed in.
+import { createRootRoute, createRoute, createRouter, lazyRouteComponent, redirect } from "@tanstack/react-router";
+import { Layout, NotFound } from "./components/Layout";
+import { Loading } from "./components/states";
+
+// Pages are loaded on first visit, so that the first page (sign-in, or the
+// one asked for) loads only what it needs.
+const ProvidersPage = lazyRouteComponent(() => import("./pages/ProvidersPage"), "ProvidersPage");
+const ProviderPage = lazyRouteComponent(() => import("./pages/ProviderPage"), "ProviderPage");
+const ProviderSettingsTab = lazyRouteComponent(() => import("./pages/ProviderPage"), "ProviderSettingsTab");
+const RateLimitTab = lazyRouteComponent(() => import("./pages/RateLimitTab"), "RateLimitTab");
+const GuardrailsTab = lazyRouteComponent(() => import("./pages/GuardrailsTab"), "GuardrailsTab");
+const DeploymentTab = lazyRouteComponent(() => import("./pages/DeploymentTab"), "DeploymentTab");
+const ProviderGatewaysTab = lazyRouteComponent(() => import("./pages/GatewaysPage"), "ProviderGatewaysTab");
+const GatewaysPage = lazyRouteComponent(() => import("./pages/GatewaysPage"), "GatewaysPage");
+const ApplicationsPage = lazyRouteComponent(() => import("./pages/ApplicationsPage"), "ApplicationsPage");
+const ApplicationPage = lazyRouteComponent(() => import("./pages/ApplicationPage"), "ApplicationPage");
+const AuditPage = lazyRouteComponent(() => import("./pages/AuditPage"), "AuditPage");
+
+const rootRoute = createRootRoute({ component: Layout, notFoundComponent: NotFound });
+
+const indexRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "/",
+  beforeLoad: () => {
+    throw redirect({ to: "/providers" });
+  },
+});
+const providersRoute = createRoute({ getParentRoute: () => rootRoute, path: "providers", component: ProvidersPage });
+const providerRoute = createRoute({ getParentRoute: () => rootRoute, path: "providers/$providerId", component: ProviderPage });
+const providerIndexRoute = createRoute({
+  getParentRoute: () => providerRoute,
+  path: "/",
+  beforeLoad: ({ params }) => {
+    throw redirect({ to: "/providers/$providerId/rate-limits", params });
+  },
+});
+const rateLimitsRoute = createRoute({ getParentRoute: () => providerRoute, path: "rate-limits", component: RateLimitTab });
+const guardrailsRoute = createRoute({ getParentRoute: () => providerRoute, path: "guardrails", component: GuardrailsTab });
+const deploymentRoute = createRoute({ getParentRoute: () => providerRoute, path: "deployment", component: DeploymentTab });
+const providerGatewaysRoute = createRoute({ getParentRoute: () => providerRoute, path: "gateways", component: ProviderGatewaysTab });
+const providerSettingsRoute = createRoute({ getParentRoute: () => providerRoute, path: "settings", component: ProviderSettingsTab });
+const applicationsRoute = createRoute({ getParentRoute: () => rootRoute, path: "applications", component: ApplicationsPage });
+const applicationRoute = createRoute({ getParentRoute: () => rootRoute, path: "applications/$applicationId", component: ApplicationPage });
+const gatewaysRoute = createRoute({ getParentRoute: () => rootRoute, path: "gateways", component: GatewaysPage });
+const auditRoute = createRoute({ getParentRoute: () => rootRoute, path: "audit", component: AuditPage });
+
+const routeTree = rootRoute.addChildren([
+  indexRoute,
+  providersRoute,
+  providerRoute.addChildren([providerIndexRoute, rateLimitsRoute, guardrailsRoute, deploymentRoute, providerGatewaysRoute, providerSettingsRoute]),
+  applicationsRoute,
+  applicationRoute,
+  gatewaysRoute,
+  auditRoute,
+]);
+
+export const router = createRouter({
+  routeTree,
+  defaultPreload: "intent",
+  scrollRestoration: true,
+  defaultPendingComponent: () => <Loading />,
+});
+
+declare module "@tanstack/react-router" {
+  interface Register {
+    router: typeof router;
+  }
+}
