@@ -5,18 +5,18 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
+	"sluice/counter/countertest"
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/llmcost"
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
-	"sluice/policies/ratelimit/store"
-	"sluice/policies/ratelimit/store/storetest"
 )
 
 const route = "r"
 
-var bucket = storetest.Bucket
+var bucket = countertest.Bucket
 
 func quota(name string, limit int64, d string, extra map[string]any) map[string]any {
 	q := map[string]any{"name": name, "limits": []any{map[string]any{"limit": limit, "duration": d}}}
@@ -78,12 +78,12 @@ func TestAdvancedCostExtraction(t *testing.T) {
 	}
 	checks := []struct {
 		key   string
-		l     store.Limit
+		l     counter.Limit
 		spent int64
 	}{
 		{"{r}:advanced-ratelimit:req:bucket-1m", bucket(100, time.Minute), 1},
 		{"{r}:advanced-ratelimit:tok:bucket-1h", bucket(100000, time.Hour), 100 + 4*50},
-		{"{r}:advanced-ratelimit:usd:window-1d", store.Limit{Algorithm: store.FixedWindow, Max: 5_000_000, Period: 24 * time.Hour}, real},
+		{"{r}:advanced-ratelimit:usd:window-1d", counter.Limit{Algorithm: counter.FixedWindow, Max: 5_000_000, Period: 24 * time.Hour}, real},
 	}
 	for _, c := range checks {
 		if got := c.l.Max - h.Remaining(c.key, c.l); got != c.spent {
@@ -188,12 +188,12 @@ func TestAdvancedTrust(t *testing.T) {
 			}
 			checks := []struct {
 				key   string
-				l     store.Limit
+				l     counter.Limit
 				spent int64
 			}{
 				{"{r}:advanced-ratelimit:req:bucket-1m", bucket(100, time.Minute), 1},
 				{"{r}:advanced-ratelimit:tok:bucket-1h", bucket(100000, time.Hour), tc.tok(est)},
-				{"{r}:advanced-ratelimit:usd:window-1d", store.Limit{Algorithm: store.FixedWindow, Max: 5_000_000, Period: 24 * time.Hour}, usd},
+				{"{r}:advanced-ratelimit:usd:window-1d", counter.Limit{Algorithm: counter.FixedWindow, Max: 5_000_000, Period: 24 * time.Hour}, usd},
 			}
 			for _, c := range checks {
 				if got := c.l.Max - h.Remaining(c.key, c.l); got != c.spent {

@@ -21,11 +21,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/counter"
 	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/internal/satmath"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
 	"sluice/sharedctx"
 )
 
@@ -74,7 +74,7 @@ type Engine struct {
 	slot     string
 	counters []Counter
 	meters   []Meter
-	store    store.Store
+	store    counter.Store
 	logger   *slog.Logger
 	keyFn    func(scope string, counter int) string
 	// standardKeys: keyFn is StandardKey, so a scope's counters share its
@@ -85,14 +85,14 @@ type Engine struct {
 
 	scopes    sync.Map // scope id -> *Scope
 	scopeN    atomic.Int64
-	results   sync.Pool // *store.Result
+	results   sync.Pool // *counter.Result
 	open      atomic.Int64
 	m         *metrics
 	allCounts []int
 }
 
 // Scope is a resolved counter scope: its name, the key of every counter of
-// the engine under it, and the store.Debit.Group they are kept in. Immutable
+// the engine under it, and the counter.Debit.Group they are kept in. Immutable
 // once built.
 type Scope struct {
 	// ID is what Engine.Scope was called with (the application id of a
@@ -145,7 +145,7 @@ func New(o Options) (*Engine, error) {
 		e.keyFn = e.StandardKey
 		e.standardKeys = true
 	}
-	e.results.New = func() any { return new(store.Result) }
+	e.results.New = func() any { return new(counter.Result) }
 	e.m = newMetrics(svc.Metrics, o.Route.RouteName, o.Policy, o.Meters)
 	e.allCounts = make([]int, len(o.Counters))
 	for i := range e.allCounts {
@@ -182,7 +182,7 @@ func (e *Engine) StandardKey(scope string, i int) string {
 	return k
 }
 
-// GroupKey is "{scope}:<policy>": the store.Debit.Group of policy's counters
+// GroupKey is "{scope}:<policy>": the counter.Debit.Group of policy's counters
 // under scope with the standard keys, and the start of each of their keys.
 func GroupKey(scope, policy string) string { return "{" + scope + "}:" + policy }
 
@@ -258,7 +258,7 @@ func (e *Engine) Reserve(c *policies.Call, a *Admission) (*Reservation, *gwerror
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	res := e.results.Get().(*store.Result)
+	res := e.results.Get().(*counter.Result)
 	defer e.results.Put(res)
 	if err := e.storeReserve(ctx, r.debits, res); err != nil {
 		return nil, e.storeError(c, err)
@@ -289,16 +289,16 @@ func (e *Engine) Reserve(c *policies.Call, a *Admission) (*Reservation, *gwerror
 }
 
 // Peek fills res with the state of counters sel under scope without charging.
-func (e *Engine) Peek(ctx context.Context, scope *Scope, sel []int, res *store.Result) error {
-	var arr [inlineDebits]store.Debit
+func (e *Engine) Peek(ctx context.Context, scope *Scope, sel []int, res *counter.Result) error {
+	var arr [inlineDebits]counter.Debit
 	debits := arr[:0]
 	for _, i := range sel {
-		debits = append(debits, store.Debit{Key: scope.Keys[i], Group: scope.Group, Limit: e.counters[i].Limit})
+		debits = append(debits, counter.Debit{Key: scope.Keys[i], Group: scope.Group, Limit: e.counters[i].Limit})
 	}
 	return e.storePeek(ctx, debits, res)
 }
 
-func (e *Engine) storeReserve(ctx context.Context, debits []store.Debit, res *store.Result) error {
+func (e *Engine) storeReserve(ctx context.Context, debits []counter.Debit, res *counter.Result) error {
 	start := time.Now()
 	return e.observe(opReserve, start, e.store.Reserve(ctx, debits, res))
 }
@@ -317,7 +317,7 @@ func (e *Engine) observe(op int, start time.Time, err error) error {
 // output (>= 1, < a.Output) that every counter of an output meter affords
 // together with the rest of the estimate. ok is false when clamping cannot
 // help (a counter without output is the one short, or not even 1 fits).
-func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admission, res *store.Result) (int64, bool) {
+func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admission, res *counter.Result) (int64, bool) {
 	d := res.Denied
 	if d < 0 || d >= len(r.sel) || a.OutputMeters&(1<<uint(e.counters[r.sel[d]].Meter)) == 0 || a.Choices < 1 {
 		return 0, false
@@ -347,14 +347,14 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 	return best, true
 }
 
-func (e *Engine) storePeek(ctx context.Context, debits []store.Debit, res *store.Result) error {
+func (e *Engine) storePeek(ctx context.Context, debits []counter.Debit, res *counter.Result) error {
 	start := time.Now()
 	return e.observe(opPeek, start, e.store.Peek(ctx, debits, res))
 }
 
 func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {
 	e.m.denied[reasonStore].Inc()
-	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, counter.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		// The store logs its outage, rate-limited; a line per request
 		// here would flood the log for as long as it lasts.
 		e.logger.Debug("rate-limit store unavailable", "policy", e.policy, "route", e.route.RouteName,
@@ -377,7 +377,7 @@ func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {
 // this request could be afforded), and x-should-retry tells SDKs whether a
 // retry is worth it: yes for a rate whose wait is at most MaxRetryWait, no
 // for a budget, a longer wait, or a request that can never fit.
-func (e *Engine) denial(r *Reservation, a *Admission, res *store.Result) *gwerror.Error {
+func (e *Engine) denial(r *Reservation, a *Admission, res *counter.Result) *gwerror.Error {
 	d := max(res.Denied, 0)
 	cnt := e.counters[r.sel[d]]
 	meter := e.meters[cnt.Meter]
@@ -475,7 +475,7 @@ func kindOf(m Meter) dialect.Kind {
 // setHeaders records, per header kind, the tightest (lowest remaining)
 // counter of the reservation in the request's Limits, unless an earlier
 // instance already recorded a tighter one.
-func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *store.Result) {
+func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *counter.Result) {
 	now := e.now()
 	lim := c.Limits()
 	for i := range r.debits {

@@ -7,29 +7,29 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
-	"sluice/policies/ratelimit/store"
 )
 
 // flakyStore fails the operations it is told to, and delegates the rest.
 type flakyStore struct {
-	store.Store
+	counter.Store
 	failReserve, failAdjust bool
 }
 
-func (f *flakyStore) Reserve(ctx context.Context, d []store.Debit, r *store.Result) error {
+func (f *flakyStore) Reserve(ctx context.Context, d []counter.Debit, r *counter.Result) error {
 	if f.failReserve {
-		return fmt.Errorf("%w: connection refused", store.ErrUnavailable)
+		return fmt.Errorf("%w: connection refused", counter.ErrUnavailable)
 	}
 	return f.Store.Reserve(ctx, d, r)
 }
 
-func (f *flakyStore) Adjust(ctx context.Context, d []store.Debit, t *store.Ticket, deltas []int64) error {
+func (f *flakyStore) Adjust(ctx context.Context, d []counter.Debit, t *counter.Ticket, deltas []int64) error {
 	if f.failAdjust {
-		return fmt.Errorf("%w: timeout", store.ErrUnavailable)
+		return fmt.Errorf("%w: timeout", counter.ErrUnavailable)
 	}
 	return f.Store.Adjust(ctx, d, t, deltas)
 }
@@ -67,13 +67,13 @@ func TestStoreFailures(t *testing.T) {
 // peekStore answers peeks as a store whose shared counters cannot be read
 // would: failing, or from a local fallback (Result.Local).
 type peekStore struct {
-	store.Store
+	counter.Store
 	fail, local bool
 }
 
-func (p *peekStore) Peek(ctx context.Context, d []store.Debit, r *store.Result) error {
+func (p *peekStore) Peek(ctx context.Context, d []counter.Debit, r *counter.Result) error {
 	if p.fail {
-		return fmt.Errorf("%w: NOAUTH Authentication required.", store.ErrUnavailable)
+		return fmt.Errorf("%w: NOAUTH Authentication required.", counter.ErrUnavailable)
 	}
 	err := p.Store.Peek(ctx, d, r)
 	r.Local = p.local
@@ -105,18 +105,18 @@ func TestLimitFor(t *testing.T) {
 	cases := []struct {
 		alg    string
 		d      time.Duration
-		want   store.Algorithm
+		want   counter.Algorithm
 		label  string
 		budget bool
 		err    bool
 	}{
-		{"", time.Minute, store.TokenBucket, "bucket-1m", false, false},
-		{"", 24 * time.Hour, store.FixedWindow, "window-1d", true, false},
-		{"", 90 * time.Minute, store.TokenBucket, "bucket-90m", false, false},
-		{"fixed-window", time.Hour, store.FixedWindow, "window-1h", false, false},
-		{"token-bucket", 48 * time.Hour, store.TokenBucket, "bucket-2d", false, false},
-		{"calendar", 720 * time.Hour, store.CalendarMonth, "month", true, false},
-		{"calendar", 7 * 24 * time.Hour, store.FixedWindow, "window-7d", true, false},
+		{"", time.Minute, counter.TokenBucket, "bucket-1m", false, false},
+		{"", 24 * time.Hour, counter.FixedWindow, "window-1d", true, false},
+		{"", 90 * time.Minute, counter.TokenBucket, "bucket-90m", false, false},
+		{"fixed-window", time.Hour, counter.FixedWindow, "window-1h", false, false},
+		{"token-bucket", 48 * time.Hour, counter.TokenBucket, "bucket-2d", false, false},
+		{"calendar", 720 * time.Hour, counter.CalendarMonth, "month", true, false},
+		{"calendar", 7 * 24 * time.Hour, counter.FixedWindow, "window-7d", true, false},
 		{"fixed-window", 1500 * time.Millisecond, 0, "", false, true},
 		{"sliding", time.Minute, 0, "", false, true},
 	}
@@ -132,7 +132,7 @@ func TestLimitFor(t *testing.T) {
 			t.Errorf("%s %v: got %+v %q budget=%v err=%v", tc.alg, tc.d, l, ratelimit.PeriodLabel(l), ratelimit.IsBudget(ratelimit.UnitTokens, l), err)
 		}
 	}
-	if !ratelimit.IsBudget(ratelimit.UnitUSDMicros, store.Limit{Algorithm: store.TokenBucket, Max: 1, Period: time.Minute}) {
+	if !ratelimit.IsBudget(ratelimit.UnitUSDMicros, counter.Limit{Algorithm: counter.TokenBucket, Max: 1, Period: time.Minute}) {
 		t.Error("money is always a budget")
 	}
 }
@@ -172,24 +172,24 @@ func TestModelMatcher(t *testing.T) {
 	}
 }
 
-// groupRecorder records the store.Debit.Group of every call.
+// groupRecorder records the counter.Debit.Group of every call.
 type groupRecorder struct {
-	store.Store
+	counter.Store
 	groups []string
 }
 
-func (g *groupRecorder) note(ds []store.Debit) {
+func (g *groupRecorder) note(ds []counter.Debit) {
 	for _, d := range ds {
 		g.groups = append(g.groups, d.Group)
 	}
 }
 
-func (g *groupRecorder) Reserve(ctx context.Context, d []store.Debit, r *store.Result) error {
+func (g *groupRecorder) Reserve(ctx context.Context, d []counter.Debit, r *counter.Result) error {
 	g.note(d)
 	return g.Store.Reserve(ctx, d, r)
 }
 
-func (g *groupRecorder) Adjust(ctx context.Context, d []store.Debit, t *store.Ticket, deltas []int64) error {
+func (g *groupRecorder) Adjust(ctx context.Context, d []counter.Debit, t *counter.Ticket, deltas []int64) error {
 	g.note(d)
 	return g.Store.Adjust(ctx, d, t, deltas)
 }

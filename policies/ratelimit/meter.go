@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"time"
 
+	"sluice/counter"
 	"sluice/dialect"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
 )
 
 // Unit is what a meter counts.
@@ -41,7 +41,7 @@ type Meter struct {
 // algorithm, and optionally the model rule it belongs to.
 type Counter struct {
 	Meter int
-	Limit store.Limit
+	Limit counter.Limit
 	// Rule is the model rule's match ("gpt-4*"), "" for the policy's own limits.
 	Rule string
 }
@@ -66,7 +66,7 @@ const MonthPeriod = 30 * 24 * time.Hour
 //     whole weeks start on Monday 00:00 UTC.
 //   - calendar: 720h ("30d") is the UTC calendar month; any other duration is
 //     a fixed window as above ("1d" is the UTC day, "7d" the UTC ISO week).
-func LimitFor(alg string, d time.Duration, max int64) (store.Limit, error) {
+func LimitFor(alg string, d time.Duration, max int64) (counter.Limit, error) {
 	switch alg {
 	case "":
 		if d < 24*time.Hour {
@@ -76,25 +76,25 @@ func LimitFor(alg string, d time.Duration, max int64) (store.Limit, error) {
 		}
 	case AlgTokenBucket, AlgFixedWindow, AlgCalendar:
 	default:
-		return store.Limit{}, fmt.Errorf("unknown algorithm %q (want %s, %s or %s)", alg, AlgTokenBucket, AlgFixedWindow, AlgCalendar)
+		return counter.Limit{}, fmt.Errorf("unknown algorithm %q (want %s, %s or %s)", alg, AlgTokenBucket, AlgFixedWindow, AlgCalendar)
 	}
-	l := store.Limit{Max: max, Period: d}
+	l := counter.Limit{Max: max, Period: d}
 	switch alg {
 	case AlgTokenBucket:
-		l.Algorithm = store.TokenBucket
+		l.Algorithm = counter.TokenBucket
 	case AlgFixedWindow:
-		l.Algorithm = store.FixedWindow
+		l.Algorithm = counter.FixedWindow
 	case AlgCalendar:
-		l.Algorithm = store.FixedWindow
+		l.Algorithm = counter.FixedWindow
 		if d == MonthPeriod {
-			l.Algorithm = store.CalendarMonth
+			l.Algorithm = counter.CalendarMonth
 		}
 	}
-	if l.Algorithm == store.FixedWindow && (d < time.Second || d%time.Second != 0) {
-		return store.Limit{}, fmt.Errorf("duration %v: a window must be a whole number of seconds", d)
+	if l.Algorithm == counter.FixedWindow && (d < time.Second || d%time.Second != 0) {
+		return counter.Limit{}, fmt.Errorf("duration %v: a window must be a whole number of seconds", d)
 	}
 	if err := l.Validate(); err != nil {
-		return store.Limit{}, err
+		return counter.Limit{}, err
 	}
 	return l, nil
 }
@@ -102,21 +102,21 @@ func LimitFor(alg string, d time.Duration, max int64) (store.Limit, error) {
 // IsBudget reports whether a counter is a budget rather than a rate: it counts
 // money, or it is a window (fixed or calendar) of one day or longer. Denials
 // by a budget carry code budget_exceeded, others rate_limit_exceeded.
-func IsBudget(u Unit, l store.Limit) bool {
-	if u == UnitUSDMicros || l.Algorithm == store.CalendarMonth {
+func IsBudget(u Unit, l counter.Limit) bool {
+	if u == UnitUSDMicros || l.Algorithm == counter.CalendarMonth {
 		return true
 	}
-	return l.Algorithm == store.FixedWindow && l.Period >= 24*time.Hour
+	return l.Algorithm == counter.FixedWindow && l.Period >= 24*time.Hour
 }
 
 // PeriodLabel is the period part of a counter key. It names the algorithm as
 // well as the period, because the stored state of a bucket and of a window
 // differ: "bucket-1m", "window-1h", "window-1d", "month".
-func PeriodLabel(l store.Limit) string {
+func PeriodLabel(l counter.Limit) string {
 	switch l.Algorithm {
-	case store.CalendarMonth:
+	case counter.CalendarMonth:
 		return "month"
-	case store.FixedWindow:
+	case counter.FixedWindow:
 		return "window-" + compactDuration(l.Period)
 	}
 	return "bucket-" + compactDuration(l.Period)
@@ -138,8 +138,8 @@ func compactDuration(d time.Duration) string {
 }
 
 // HumanPeriod describes a limit's period for messages: "per 1m", "per UTC month".
-func HumanPeriod(l store.Limit) string {
-	if l.Algorithm == store.CalendarMonth {
+func HumanPeriod(l counter.Limit) string {
+	if l.Algorithm == counter.CalendarMonth {
 		return "per UTC calendar month"
 	}
 	return "per " + compactDuration(l.Period)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"sluice/counter"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
 )
 
 // QuotaReporter is implemented by every limit policy; the gateway serves the
@@ -33,13 +33,13 @@ type QuotaLine struct {
 
 // Quota peeks counters sel under scope and reports them. A store failure
 // yields no lines (the endpoint reports what it can), and so do figures
-// from the store's local fallback (store.Result.Local): they count only
+// from the store's local fallback (counter.Result.Local): they count only
 // this gateway's charges since the failure began, not the shared counters.
 func (e *Engine) Quota(ctx context.Context, scope *Scope, sel []int) []QuotaLine {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	res := e.results.Get().(*store.Result)
+	res := e.results.Get().(*counter.Result)
 	defer e.results.Put(res)
 	if err := e.Peek(ctx, scope, sel, res); err != nil || res.Local {
 		return nil

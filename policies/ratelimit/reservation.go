@@ -5,10 +5,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/counter"
 	"sluice/internal/satmath"
 	"sluice/llmapi"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
 	"sluice/sharedctx"
 )
 
@@ -42,14 +42,14 @@ type Reservation struct {
 	eng      *Engine
 	resolved atomic.Bool
 	sel      []int
-	debits   []store.Debit
-	ticket   store.Ticket
+	debits   []counter.Debit
+	ticket   counter.Ticket
 	deltas   []int64
 	// Output is the output tokens per choice that were reserved (after any clamp).
 	Output int64
 
 	actual   Amounts
-	debitArr [inlineDebits]store.Debit
+	debitArr [inlineDebits]counter.Debit
 	winArr   [inlineDebits]int64
 	deltaArr [inlineDebits]int64
 }
@@ -72,14 +72,14 @@ func (r *Reservation) fill(e *Engine, a *Admission) {
 		r.deltas = r.deltaArr[:n]
 		r.ticket.Window = r.winArr[:n]
 	} else {
-		r.debits = make([]store.Debit, n)
+		r.debits = make([]counter.Debit, n)
 		r.deltas = make([]int64, n)
 		r.ticket.Window = make([]int64, n)
 	}
 	for j, i := range a.Counters {
 		c := e.counters[i]
 		amount := min(a.amount(c.Meter), satmath.Add(c.Limit.Max, 1))
-		r.debits[j] = store.Debit{Key: a.Scope.Keys[i], Group: a.Scope.Group, Limit: c.Limit, Amount: amount}
+		r.debits[j] = counter.Debit{Key: a.Scope.Keys[i], Group: a.Scope.Group, Limit: c.Limit, Amount: amount}
 	}
 }
 

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter/countertest"
 	"sluice/policies"
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
-	"sluice/policies/ratelimit/store/storetest"
 )
 
 // TestSaturatedAdmissions: amounts that overflow int64 saturate and are denied
@@ -18,7 +18,7 @@ import (
 // holds usage (where an unsaturated or uncapped amount would wrap the
 // store's used + amount); the output clamp still finds what fits.
 func TestSaturatedAdmissions(t *testing.T) {
-	lim := storetest.Window(2000, time.Hour)
+	lim := countertest.Window(2000, time.Hour)
 	for _, tc := range []struct {
 		name       string
 		adm        ratelimit.Admission

@@ -10,19 +10,19 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"sluice/counter"
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
-	"sluice/policies/ratelimit/store"
 	"sluice/policies/tokenratelimit"
 )
 
 const route = "r"
 
-func hourBucket(max int64) store.Limit {
-	return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: time.Hour}
+func hourBucket(max int64) counter.Limit {
+	return counter.Limit{Algorithm: counter.TokenBucket, Max: max, Period: time.Hour}
 }
 
 func key(scope, dim, period string) string {
@@ -266,7 +266,7 @@ func TestConsumerKeysAndNoDoubleDeduction(t *testing.T) {
 	l10k, l1k := hourBucket(10000), hourBucket(1000)
 	checks := []struct {
 		key   string
-		l     store.Limit
+		l     counter.Limit
 		spent int64
 	}{
 		{key(route, "completion", "bucket-1h"), l10k, 300},
@@ -520,7 +520,7 @@ func TestOverAdmissionBound(t *testing.T) {
 
 func BenchmarkRequestFinal(b *testing.B) {
 	// tokenize=false pre-seeds the shared prompt estimate, isolating the
-	// engine and memstore from the tokenizer.
+	// engine and the memory store from the tokenizer.
 	for _, bc := range []struct {
 		consumers int
 		tokenize  bool
