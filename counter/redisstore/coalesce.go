@@ -47,21 +47,6 @@ type coalescer struct {
 // they wait like any call (back-pressure while Redis is slow).
 const maxQueued = 4 * maxBatch
 
-// Operation kinds in a luaBatch header.
-const (
-	kindReserve byte = 1
-	kindPeek    byte = 2
-	kindAdjust  byte = 3
-	// The same over one group value (store.Debit.Group).
-	kindGroupReserve byte = 4
-	kindGroupPeek    byte = 5
-	kindGroupAdjust  byte = 6
-	// A charge copied back from the local fallback (see copyBack): an
-	// adjust that may start the current window.
-	kindCharge      byte = 7
-	kindGroupCharge byte = 8
-)
-
 // scriptCall is one store operation. The caller owns it until do returns.
 type scriptCall struct {
 	keys  []string

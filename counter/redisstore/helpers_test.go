@@ -203,3 +203,19 @@ func peekRemaining(t testing.TB, s counter.Store, ds []counter.Debit) []int64 {
 	}
 	return res.Remaining
 }
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	srv := redistest.StartServer(t)
+	srv.Stop()
+	return srv.Addr()
+}
+
+func mustParse(t *testing.T, url string) *redis.Options {
+	t.Helper()
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}

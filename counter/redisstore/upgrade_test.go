@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -218,5 +220,70 @@ func TestAdjustConvertsLevelBasedBuckets(t *testing.T) {
 	raw, _ = c.Get(ctx, s.prefix+"{ua}:p").Result()
 	if tg, a, ok := slotOfKey(t, raw, "{ua}:p:b"); !ok || tg != 4 || a != 350 {
 		t.Errorf("group slot: tag %d a %v (found %v), want tag 4 consumed 350", tg, a, ok)
+	}
+}
+
+// Counters written in the earliest formats (text "<alg>|a|b", and the 17-byte
+// bucket without its expiry; both hold a bucket's level) are read as before,
+// so an upgrade keeps the usage counted; the next write replaces them with
+// the current form, and gives the bucket a TTL that covers its refill. A
+// state of another algorithm counts as absent. (upgrade_test.go covers the
+// level-based formats of the release before consumed-based buckets.)
+func TestReadsEarlierFormatStates(t *testing.T) {
+	url := redistest.URL(t)
+	ctx := context.Background()
+	now := time.Date(2025, time.March, 10, 12, 0, 30, 0, time.UTC)
+	s := newTestStore(t, Options{URL: url})
+	s.clockSpec = func() string { return fixedClock(now) }
+	c := redis.NewClient(mustParse(t, url))
+	defer c.Close()
+	day := now.Truncate(24 * time.Hour).Unix()
+	monthStart := time.Date(2025, time.March, 1, 0, 0, 0, 0, time.UTC).Unix()
+	lastTS := now.Add(-30 * time.Second).UnixMicro()
+	seed := map[string]string{
+		"{x}w":     fmt.Sprintf("2|%d|40", day),
+		"{x}m":     fmt.Sprintf("3|%d|7", monthStart),
+		"{x}b":     fmt.Sprintf("1|%.17g|%d", 2.5, lastTS),
+		"{x}other": fmt.Sprintf("2|%d|40", day), // read as a bucket: absent
+		"{x}b17":   string(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64([]byte{1}, math.Float64bits(2.5)), math.Float64bits(float64(lastTS)))),
+	}
+	for k, v := range seed {
+		if err := c.Set(ctx, s.prefix+k, v, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := []counter.Debit{
+		{Key: "{x}w", Limit: window(100, 24*time.Hour), Amount: 1},
+		{Key: "{x}m", Limit: month(100), Amount: 1},
+		{Key: "{x}b", Limit: bucket(60, time.Minute), Amount: 1},
+		{Key: "{x}other", Limit: bucket(10, time.Minute), Amount: 1},
+		{Key: "{x}b17", Limit: bucket(60, time.Minute), Amount: 1},
+	}
+	want := []int64{100 - 41, 100 - 8, 31, 9, 31} // bucket: floor(2.5 + 30 s * 1/s - 1)
+	for round := range 2 {
+		var res counter.Result
+		if err := s.Reserve(ctx, ds, &res); err != nil || !res.Allowed {
+			t.Fatalf("round %d: Reserve: %v allowed=%v", round, err, res.Allowed)
+		}
+		if !reflect.DeepEqual(res.Remaining, want) {
+			t.Fatalf("round %d: remaining %v, want %v", round, res.Remaining, want)
+		}
+		raw, err := c.Get(ctx, s.prefix+"{x}w").Result()
+		if err != nil || len(raw) != 17 || raw[0] != 2 {
+			t.Fatalf("round %d: window state %q (%v), want the 17-byte binary form", round, raw, err)
+		}
+		for _, k := range []string{"{x}b", "{x}b17"} {
+			raw, err = c.Get(ctx, s.prefix+k).Result()
+			if err != nil || len(raw) != 25 || raw[0] != 4 {
+				t.Fatalf("round %d: bucket state %s %q (%v), want the 25-byte consumed form", round, k, raw, err)
+			}
+			// 29.5 units missing at 1/s, plus 1 s, plus at most one period.
+			if ttl := c.PTTL(ctx, s.prefix+k).Val(); ttl < 25*time.Second || ttl > 92*time.Second {
+				t.Fatalf("round %d: bucket %s TTL %v, want 30.5 s to 91.5 s", round, k, ttl)
+			}
+		}
+		for i := range want {
+			want[i]--
+		}
 	}
 }

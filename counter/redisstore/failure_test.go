@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -385,6 +386,141 @@ func TestLoadingFollowsFailureMode(t *testing.T) {
 	for _, s := range []*Store{open, closed} {
 		if n := testutil.ToFloat64(s.m.errors.WithLabelValues(opReserve, kindServer)); n != 1 {
 			t.Errorf("errors{reserve,server} = %v, want 1", n)
+		}
+	}
+}
+
+// Stopping the server mid-load: open mode keeps answering from the local
+// store, closed mode fails fast with ErrUnavailable; after a restart both
+// go back to Redis by themselves.
+func TestOutageAndRecovery(t *testing.T) {
+	srv := redistest.StartServer(t)
+	reg := prometheus.NewRegistry()
+	open := newTestStore(t, Options{URL: srv.URL(), FailureMode: FailOpen, Metrics: reg, DialTimeout: DefaultDialTimeout, ReadTimeout: DefaultReadTimeout, WriteTimeout: DefaultWriteTimeout})
+	closed := newTestStore(t, Options{URL: srv.URL(), FailureMode: FailClosed, Metrics: reg, DialTimeout: DefaultDialTimeout, ReadTimeout: DefaultReadTimeout, WriteTimeout: DefaultWriteTimeout})
+	ctx := context.Background()
+	ds := []counter.Debit{{Key: "{o}w", Limit: window(1_000_000, 24*time.Hour), Amount: 1}}
+
+	// A reservation made on Redis before the outage.
+	var before counter.Result
+	if err := open.Reserve(ctx, ds, &before); err != nil || before.Ticket.Origin != OriginRedis {
+		t.Fatalf("Reserve before outage: %v origin=%d", err, before.Ticket.Origin)
+	}
+
+	type obs struct {
+		origin uint8
+		err    error
+		n      int
+	}
+	var mu sync.Mutex
+	last := map[*Store]obs{}
+	var slow atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		s := open
+		if i%2 == 1 {
+			s = closed
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var res counter.Result
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				err := s.Reserve(ctx, ds, &res)
+				if time.Since(start) > time.Second {
+					slow.Add(1)
+				}
+				if s == open && err != nil {
+					t.Errorf("open mode Reserve: %v", err)
+				}
+				if s == closed && err != nil && !errors.Is(err, counter.ErrUnavailable) {
+					t.Errorf("closed mode Reserve: %v, want ErrUnavailable", err)
+				}
+				mu.Lock()
+				last[s] = obs{res.Ticket.Origin, err, last[s].n + 1}
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	state := func(s *Store) obs {
+		mu.Lock()
+		defer mu.Unlock()
+		return last[s]
+	}
+	eventually(t, 10*time.Second, "load running on redis", func() bool {
+		o, c := state(open), state(closed)
+		return o.n > 0 && o.origin == OriginRedis && c.n > 0 && c.err == nil
+	})
+
+	srv.Stop()
+	eventually(t, 10*time.Second, "open mode serving locally", func() bool { return state(open).origin == OriginLocal })
+	eventually(t, 10*time.Second, "closed mode failing", func() bool { return errors.Is(state(closed).err, counter.ErrUnavailable) })
+
+	// Settling the pre-outage reservation is dropped and counted; open
+	// mode swallows the error, closed mode reports it.
+	if err := open.Adjust(ctx, ds, &before.Ticket, []int64{5}); err != nil {
+		t.Errorf("open Adjust during outage: %v", err)
+	}
+	if err := closed.Adjust(ctx, ds, &before.Ticket, []int64{5}); !errors.Is(err, counter.ErrUnavailable) {
+		t.Errorf("closed Adjust during outage: %v, want ErrUnavailable", err)
+	}
+	if n := testutil.ToFloat64(open.m.dropped); n < 2 {
+		t.Errorf("dropped adjustments = %v, want >= 2", n)
+	}
+	if testutil.ToFloat64(open.m.fallback) != 1 {
+		t.Error("fallback gauge not set during the outage")
+	}
+	// A local reservation settles locally.
+	var loc counter.Result
+	if err := open.Reserve(ctx, []counter.Debit{{Key: "{o}only-local", Limit: window(10, 24*time.Hour), Amount: 4}}, &loc); err != nil || loc.Ticket.Origin != OriginLocal {
+		t.Fatalf("local Reserve: %v origin=%d", err, loc.Ticket.Origin)
+	}
+	onlyLocal := []counter.Debit{{Key: "{o}only-local", Limit: window(10, 24*time.Hour)}}
+	if err := open.Adjust(ctx, onlyLocal, &loc.Ticket, []int64{-3}); err != nil {
+		t.Fatal(err)
+	}
+	var pk counter.Result
+	if err := open.local.Peek(ctx, onlyLocal, &pk); err != nil || pk.Remaining[0] != 9 {
+		t.Fatalf("local counter after settle: remaining %v (%v), want 9", pk.Remaining, err)
+	}
+
+	srv.Start()
+	eventually(t, 15*time.Second, "open mode back on redis", func() bool { return state(open).origin == OriginRedis })
+	eventually(t, 15*time.Second, "closed mode back on redis", func() bool { return state(closed).err == nil })
+	close(stop)
+	wg.Wait()
+	if n := slow.Load(); n > 0 {
+		t.Errorf("%d calls took more than 1s", n)
+	}
+	if testutil.ToFloat64(open.m.fallback) != 0 {
+		t.Error("fallback gauge still set after recovery")
+	}
+	if n := testutil.CollectAndCount(reg, "sluice_redis_store_errors_total"); n == 0 {
+		t.Error("no store errors counted")
+	}
+}
+
+// A dead address fails fast in closed mode: the first call within the dial
+// timeout, later ones without touching the network during the back-off.
+func TestClosedModeDeadServer(t *testing.T) {
+	s := newTestStore(t, Options{URL: "redis://" + deadAddr(t) + "/0", FailureMode: FailClosed, DialTimeout: DefaultDialTimeout, ReadTimeout: DefaultReadTimeout, WriteTimeout: DefaultWriteTimeout})
+	var res counter.Result
+	for range 20 {
+		start := time.Now()
+		err := s.Reserve(context.Background(), []counter.Debit{{Key: "k", Limit: window(5, time.Minute), Amount: 1}}, &res)
+		if !errors.Is(err, counter.ErrUnavailable) {
+			t.Fatalf("err = %v, want ErrUnavailable", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("call took %v", d)
 		}
 	}
 }

@@ -3,17 +3,12 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
-	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"sluice/counter"
 )
 
 // Every error of a call to Redis follows the failure mode, whatever its
@@ -105,72 +100,4 @@ func isOutage(kind string) bool {
 		return true
 	}
 	return false
-}
-
-// failed handles an error of a call to Redis of op. The caller's own
-// context being done is returned as is (its request is gone). Any other
-// error arms the back-off, is counted by kind and logged (see logFailure),
-// and onFail runs: the failure mode's answer (the local fallback in mode
-// open, ErrUnavailable in mode closed).
-func (s *Store) failed(ctx context.Context, op string, err error, onFail func() error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		s.m.error(op, kindCanceled)
-		return fmt.Errorf("redisstore: %s: %w", op, ctxErr)
-	}
-	kind := classify(err)
-	s.m.error(op, kind)
-	s.skipUntil.Store(time.Now().Add(probeInterval).UnixNano())
-	s.m.fallback.Set(1)
-	s.logFailure(op, kind, err)
-	return onFail()
-}
-
-// logFailure logs a failed call: an outage at warn level, a bug or an
-// unknown error at error level (on their own limiter, so that a bug is not
-// hidden among outage reports), each at most once per logEvery. Each line
-// carries the number of reports suppressed since the last one; the metric
-// counts every one.
-func (s *Store) logFailure(op, kind string, err error) {
-	mode := "serving from the local fallback (failureMode open)"
-	if s.closed {
-		mode = "failing calls with ErrUnavailable (failureMode closed)"
-	}
-	if isOutage(kind) {
-		if s.outageLog.allow(logEvery) {
-			s.log.Warn("redisstore: redis unavailable; "+mode, "op", op, "kind", kind, "err", err,
-				"suppressed", s.outageLog.suppressed.Swap(0))
-		}
-		return
-	}
-	if s.bugLog.allow(logEvery) {
-		what := "redisstore: redis call failed with an error that is not an outage (a bug in the store: please report it); "
-		if kind == kindOther {
-			what = "redisstore: redis call failed with an unexpected error; "
-		}
-		s.log.Error(what+mode, "op", op, "kind", kind, "err", err, "suppressed", s.bugLog.suppressed.Swap(0))
-	}
-}
-
-// logLimiter lets one log line through per interval and counts the others.
-type logLimiter struct {
-	last       atomic.Int64 // UnixNano of the last line let through
-	suppressed atomic.Int64
-}
-
-// allow reports whether a line may be logged now, at most one per every.
-func (l *logLimiter) allow(every time.Duration) bool {
-	now := time.Now().UnixNano()
-	last := l.last.Load()
-	if last != 0 && now-last < int64(every) || !l.last.CompareAndSwap(last, now) {
-		l.suppressed.Add(1)
-		return false
-	}
-	return true
-}
-
-func unavailable(cause error) error {
-	if cause == nil {
-		return fmt.Errorf("redisstore: %w (redis unavailable, retrying shortly)", counter.ErrUnavailable)
-	}
-	return fmt.Errorf("redisstore: %w: %w", counter.ErrUnavailable, cause)
 }
