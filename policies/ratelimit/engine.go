@@ -1,5 +1,8 @@
-// Package ratelimit is the rate-limit engine that every limit policy uses, and
-// the general `advanced-ratelimit` policy built on it.
+// Package ratelimit is the rate-limit engine that the limit policies
+// (basic-ratelimit, token-based-ratelimit, llm-cost-based-ratelimit,
+// advanced-ratelimit; one package each) share: their configured limits and
+// meters, counter scopes and keys, reservations and their resolution, and
+// the quota report. It charges the counter store (package counter).
 //
 // An Engine belongs to one policy instance. For each request the policy picks a
 // scope (route, route:app, or extracted keys), the counters that apply, and the

@@ -1,4 +1,11 @@
-package ratelimit
+// Package advancedratelimit is the `advanced-ratelimit` policy, the general
+// limit on the shared engine (policies/ratelimit): named quotas, each with
+// its limits, a counter key built from request components (route, API,
+// header, metadata, IP, constant; each with a fallback), and what one
+// request costs (1, its prompt estimate, the provider's usage weighted, or
+// a metadata value such as x-llm-cost), charged together all or nothing;
+// and an optional custom denial.
+package advancedratelimit
 
 import (
 	"encoding/json"
@@ -10,19 +17,20 @@ import (
 	"sluice/gwerror"
 	"sluice/internal/satmath"
 	"sluice/policies"
+	"sluice/policies/ratelimit"
 	"sluice/pricing"
 	"sluice/sharedctx"
 )
 
-// AdvancedName is the general engine policy's name.
-const AdvancedName = "advanced-ratelimit"
+// Name is the policy name.
+const Name = "advanced-ratelimit"
 
 // MissingComponent is the key component used when a header or metadata
 // component has no value and no fallback: such requests share one counter.
 const MissingComponent = "none"
 
-// AdvancedParams configures advanced-ratelimit.
-type AdvancedParams struct {
+// Params configures advanced-ratelimit.
+type Params struct {
 	// Quotas are charged together, all or nothing, per request.
 	Quotas []Quota `json:"quotas" jsonschema:"required,minItems=1,maxItems=16"`
 	// Algorithm: token-bucket, fixed-window or calendar. Default: token bucket
@@ -110,35 +118,35 @@ func sameExtraction(a, b []KeyComponent) bool {
 }
 
 // Validate checks what the schema cannot.
-func (p *AdvancedParams) Validate() error {
+func (p *Params) Validate() error {
 	var errs policies.ParamErrors
 	names := map[string]bool{}
 	for qi, q := range p.Quotas {
 		if names[q.Name] {
-			errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "name"), Message: fmt.Sprintf("quota %q is listed twice", q.Name)})
+			errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "name"), Message: fmt.Sprintf("quota %q is listed twice", q.Name)})
 		}
 		names[q.Name] = true
 		ds := make([]time.Duration, len(q.Limits))
 		for i, l := range q.Limits {
 			ds[i] = l.Duration.D()
-			if _, err := LimitFor(p.Algorithm, l.Duration.D(), l.Limit); err != nil {
-				errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "limits", i, "duration"), Message: err.Error()})
+			if _, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Limit); err != nil {
+				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "limits", i, "duration"), Message: err.Error()})
 			}
 		}
-		if pe := ValidateDurations("limits", ds); pe != nil {
-			pe.Path = append(ParamPath("quotas", qi), pe.Path...)
+		if pe := ratelimit.ValidateDurations("limits", ds); pe != nil {
+			pe.Path = append(ratelimit.ParamPath("quotas", qi), pe.Path...)
 			errs = append(errs, pe)
 		}
 		for ki, k := range q.KeyExtraction {
 			switch {
 			case (k.Type == "header" || k.Type == "metadata") && k.Key == "":
-				errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "keyExtraction", ki, "key"), Message: k.Type + " components need a key"})
+				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "keyExtraction", ki, "key"), Message: k.Type + " components need a key"})
 			case k.Type == "constant" && k.Value == "":
-				errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "keyExtraction", ki, "value"), Message: "constant components need a value"})
+				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "keyExtraction", ki, "value"), Message: "constant components need a value"})
 			}
 		}
 		if ce := q.CostExtraction; ce != nil && ce.Source == "metadata" && ce.Key == "" {
-			errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "costExtraction", "key"), Message: "source metadata needs a key"})
+			errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "costExtraction", "key"), Message: "source metadata needs a key"})
 		}
 		if ce := q.CostExtraction; ce != nil {
 			for _, m := range []struct {
@@ -147,7 +155,7 @@ func (p *AdvancedParams) Validate() error {
 			}{{"promptMultiplier", ce.PromptMultiplier}, {"completionMultiplier", ce.CompletionMultiplier},
 				{"totalMultiplier", ce.TotalMultiplier}, {"multiplier", ce.Multiplier}} {
 				if math.IsInf(m.v, 0) || math.IsNaN(m.v) {
-					errs = append(errs, &policies.ParamError{Path: ParamPath("quotas", qi, "costExtraction", m.name), Message: "must be a finite number"})
+					errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "costExtraction", m.name), Message: "must be a finite number"})
 				}
 			}
 		}
@@ -163,9 +171,9 @@ func (p *AdvancedParams) Validate() error {
 
 // Definition is the advanced-ratelimit catalog entry.
 func Definition() policies.Definition {
-	return policies.Define(AdvancedName, "v1",
+	return policies.Define(Name, "v1",
 		"General rate limiting: named quotas with limits, key extraction (route, API, header, metadata, IP, constant), cost extraction (request, response usage, metadata) and a custom denial.",
-		buildAdvanced)
+		build)
 }
 
 type costSource uint8
@@ -186,9 +194,9 @@ type quotaRT struct {
 	needUsage, needsMetadata bool
 }
 
-// Advanced is one advanced-ratelimit instance.
-type Advanced struct {
-	eng    *Engine
+// Policy is one advanced-ratelimit instance.
+type Policy struct {
+	eng    *ratelimit.Engine
 	svc    *policies.Services
 	route  policies.RouteInfo
 	quotas []quotaRT
@@ -202,32 +210,32 @@ type Advanced struct {
 }
 
 var (
-	_ policies.Finalizer   = (*Advanced)(nil)
-	_ policies.ChainLinker = (*Advanced)(nil)
-	_ QuotaReporter        = (*Advanced)(nil)
+	_ policies.Finalizer      = (*Policy)(nil)
+	_ policies.ChainLinker    = (*Policy)(nil)
+	_ ratelimit.QuotaReporter = (*Policy)(nil)
 )
 
 // LinkChain links an instance with a quota that settles with x-llm-cost to
-// the llm-cost whose cost it reads (LinkedPricer), so that a model without a
-// price is refused instead of settling at the 1-unit reservation.
-func (a *Advanced) LinkChain(entries []policies.Entry, self int) error {
+// the llm-cost whose cost it reads (ratelimit.LinkedPricer), so that a model
+// without a price is refused instead of settling at the 1-unit reservation.
+func (a *Policy) LinkChain(entries []policies.Entry, self int) error {
 	if !a.costQuota {
 		return nil
 	}
-	pr, ok := LinkedPricer(entries, self)
+	pr, ok := ratelimit.LinkedPricer(entries, self)
 	if !ok {
-		return ErrNoPricer
+		return ratelimit.ErrNoPricer
 	}
 	a.pricer = pr
 	return nil
 }
 
-func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	a := &Advanced{svc: svc, route: route, shared: true, exceeded: p.OnRateLimitExceeded}
-	var meters []Meter
-	var counters []Counter
+func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
+	a := &Policy{svc: svc, route: route, shared: true, exceeded: p.OnRateLimitExceeded}
+	var meters []ratelimit.Meter
+	var counters []ratelimit.Counter
 	for qi, q := range p.Quotas {
-		meters = append(meters, Meter{Name: q.Name, Unit: UnitRequests})
+		meters = append(meters, ratelimit.Meter{Name: q.Name, Unit: ratelimit.UnitRequests})
 		rt := quotaRT{keys: q.KeyExtraction, mult: 1}
 		if len(rt.keys) == 0 {
 			rt.keys = []KeyComponent{{Type: "routename"}}
@@ -240,7 +248,7 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 				if rt.pm == 0 && rt.cm == 0 && rt.tm == 0 {
 					rt.tm = 1
 				}
-				meters[qi].Unit = UnitTokens
+				meters[qi].Unit = ratelimit.UnitTokens
 			case "metadata":
 				rt.src, rt.needsMetadata, rt.metaKey = srcMetadata, true, ce.Key
 				a.costQuota = a.costQuota || ce.Key == sharedctx.KeyLLMCost
@@ -248,12 +256,12 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 					rt.mult = ce.Multiplier
 				}
 				if ce.Key == sharedctx.KeyLLMCost && rt.mult == 1e6 {
-					meters[qi].Unit = UnitUSDMicros
+					meters[qi].Unit = ratelimit.UnitUSDMicros
 				}
 			default:
 				rt.reqTokens = ce.RequestTokens
 				if rt.reqTokens {
-					meters[qi].Unit = UnitTokens
+					meters[qi].Unit = ratelimit.UnitTokens
 				}
 			}
 		}
@@ -262,24 +270,24 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 		}
 		a.quotas = append(a.quotas, rt)
 		for _, l := range q.Limits {
-			lim, err := LimitFor(p.Algorithm, l.Duration.D(), l.Limit)
+			lim, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Limit)
 			if err != nil {
 				return nil, err
 			}
-			counters = append(counters, Counter{Meter: qi, Limit: lim})
+			counters = append(counters, ratelimit.Counter{Meter: qi, Limit: lim})
 		}
 	}
-	opts := Options{Policy: AdvancedName, Route: route, Services: svc, Meters: meters, Counters: counters, Scope: ScopeQuota}
+	opts := ratelimit.Options{Policy: Name, Route: route, Services: svc, Meters: meters, Counters: counters, Scope: ratelimit.ScopeQuota}
 	if !a.shared {
 		// Quotas keyed differently cannot share a hash tag built from their own
 		// keys; the route name is the tag and each quota's key follows the period.
 		opts.Key = func(scope string, i int) string {
 			c := counters[i]
 			parts := strings.Split(scope, scopeSep)
-			return GroupKey(route.RouteName, AdvancedName) + ":" + meters[c.Meter].Name + ":" + PeriodLabel(c.Limit) + ":" + parts[c.Meter]
+			return ratelimit.GroupKey(route.RouteName, Name) + ":" + meters[c.Meter].Name + ":" + ratelimit.PeriodLabel(c.Limit) + ":" + parts[c.Meter]
 		}
 	}
-	eng, err := New(opts)
+	eng, err := ratelimit.New(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +298,7 @@ func buildAdvanced(p *AdvancedParams, route policies.RouteInfo, svc *policies.Se
 const scopeSep = " | "
 
 // Engine exposes the instance's engine.
-func (a *Advanced) Engine() *Engine { return a.eng }
+func (a *Policy) Engine() *ratelimit.Engine { return a.eng }
 
 func escapeComponent(s string) string {
 	if !strings.ContainsAny(s, "%:{}|") {
@@ -299,7 +307,7 @@ func escapeComponent(s string) string {
 	return strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D", "|", "%7C").Replace(s)
 }
 
-func (a *Advanced) component(c *policies.Call, k KeyComponent) string {
+func (a *Policy) component(c *policies.Call, k KeyComponent) string {
 	var v string
 	switch k.Type {
 	case "routename":
@@ -334,7 +342,7 @@ func (a *Advanced) component(c *policies.Call, k KeyComponent) string {
 	return escapeComponent(v)
 }
 
-func (a *Advanced) quotaKey(c *policies.Call, q *quotaRT) string {
+func (a *Policy) quotaKey(c *policies.Call, q *quotaRT) string {
 	if len(q.keys) == 1 {
 		return a.component(c, q.keys[0])
 	}
@@ -348,7 +356,7 @@ func (a *Advanced) quotaKey(c *policies.Call, q *quotaRT) string {
 	return b.String()
 }
 
-func (a *Advanced) scope(c *policies.Call) *Scope {
+func (a *Policy) scope(c *policies.Call) *ratelimit.Scope {
 	id := a.quotaKey(c, &a.quotas[0])
 	if !a.shared {
 		var b strings.Builder
@@ -366,24 +374,24 @@ func identity(s string) string { return s }
 
 // OnRequest reserves every quota's estimate; with a quota that settles with
 // x-llm-cost, a model the linked llm-cost cannot price is refused first.
-func (a *Advanced) OnRequest(c *policies.Call) *gwerror.Error {
+func (a *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	if a.pricer != nil {
-		if _, ok := a.pricer.Resolve(RequestModel(c)); !ok {
-			return ModelNotPriced(AdvancedName, a.route.RouteName, RequestModel(c))
+		if _, ok := a.pricer.Resolve(ratelimit.RequestModel(c)); !ok {
+			return ratelimit.ModelNotPriced(Name, a.route.RouteName, ratelimit.RequestModel(c))
 		}
 	}
-	adm := Admission{Scope: a.scope(c), Counters: a.eng.AllCounters()}
+	adm := ratelimit.Admission{Scope: a.scope(c), Counters: a.eng.AllCounters()}
 	for i := range a.quotas {
 		q := &a.quotas[i]
 		switch q.src {
 		case srcRequest:
 			adm.Amounts[i] = 1
 			if q.reqTokens {
-				adm.Amounts[i] = PromptTokens(c, a.svc.Tokens)
+				adm.Amounts[i] = ratelimit.PromptTokens(c, a.svc.Tokens)
 			}
 		case srcResponse:
 			// Saturating: a product beyond int64 cannot fit any counter.
-			adm.Amounts[i] = satmath.Ceil(float64(PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm))
+			adm.Amounts[i] = satmath.Ceil(float64(ratelimit.PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm))
 		case srcMetadata:
 			adm.Amounts[i] = 1
 		}
@@ -400,8 +408,8 @@ func (a *Advanced) OnRequest(c *policies.Call) *gwerror.Error {
 	return gerr
 }
 
-// OnFinal resolves the reservation (see Engine.Finish).
-func (a *Advanced) OnFinal(c *policies.Call, o *policies.Outcome) { a.eng.Finish(c, o, a) }
+// OnFinal resolves the reservation (see ratelimit.Engine.Finish).
+func (a *Policy) OnFinal(c *policies.Call, o *policies.Outcome) { a.eng.Finish(c, o, a) }
 
 // Actual computes each quota's real cost. Request-source quotas keep their
 // estimate and do not lower the trust. A response quota is exact with the
@@ -410,10 +418,11 @@ func (a *Advanced) OnFinal(c *policies.Call, o *policies.Outcome) { a.eng.Finish
 // x-llm-cost-status (calculated: as its usage, estimated: a lower bound), any
 // other metadata quota is exact for a Completed request. The result is the
 // least trusted quota's: when one has no trustworthy number the whole
-// reservation keeps its estimate. With request quotas only it is FixedTrust.
-func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation, am *Amounts) Trust {
-	u := Usage(c, o)
-	trust, usageBased := TrustExact, false
+// reservation keeps its estimate. With request quotas only it is
+// ratelimit.FixedTrust.
+func (a *Policy) Actual(c *policies.Call, o *policies.Outcome, r *ratelimit.Reservation, am *ratelimit.Amounts) ratelimit.Trust {
+	u := ratelimit.Usage(c, o)
+	trust, usageBased := ratelimit.TrustExact, false
 	for i := range a.quotas {
 		q := &a.quotas[i]
 		switch q.src {
@@ -421,23 +430,23 @@ func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation,
 			am[i] = r.Estimate(i)
 			continue
 		case srcResponse:
-			t := usageTrust(u)
-			if t == TrustNone {
-				return TrustNone
+			t := ratelimit.UsageTrust(c, o)
+			if t == ratelimit.TrustNone {
+				return ratelimit.TrustNone
 			}
 			trust = min(trust, t)
 			am[i] = satmath.Ceil(float64(u.PromptTokens)*q.pm + float64(u.CompletionTokens)*q.cm + float64(u.TotalTokens)*q.tm - 1e-9)
 		case srcMetadata:
-			t := FixedTrust(o)
+			t := ratelimit.FixedTrust(o)
 			if q.metaKey == sharedctx.KeyLLMCost {
-				t = CostTrust(c, o)
+				t = ratelimit.CostTrust(c, o)
 			}
-			if t == TrustNone {
-				return TrustNone
+			if t == ratelimit.TrustNone {
+				return ratelimit.TrustNone
 			}
 			v, ok := c.Shared.Float(q.metaKey)
 			if !ok || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-				return TrustNone
+				return ratelimit.TrustNone
 			}
 			trust = min(trust, t)
 			am[i] = satmath.Ceil(v*q.mult - 1e-9)
@@ -445,12 +454,12 @@ func (a *Advanced) Actual(c *policies.Call, o *policies.Outcome, r *Reservation,
 		usageBased = true
 	}
 	if !usageBased {
-		return FixedTrust(o)
+		return ratelimit.FixedTrust(o)
 	}
 	return trust
 }
 
 // Quota reports the caller's counters.
-func (a *Advanced) Quota(c *policies.Call) []QuotaLine {
+func (a *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
 	return a.eng.Quota(c.Ctx, a.scope(c), a.eng.AllCounters())
 }

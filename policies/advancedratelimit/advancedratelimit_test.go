@@ -1,6 +1,8 @@
-package ratelimit_test
+package advancedratelimit_test
 
 import (
+	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -9,8 +11,8 @@ import (
 	"sluice/counter/countertest"
 	"sluice/gwerror"
 	"sluice/policies"
+	"sluice/policies/advancedratelimit"
 	"sluice/policies/llmcost"
-	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
 )
 
@@ -45,8 +47,8 @@ func TestAdvancedKeyExtraction(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := ratelimittest.New(t, ratelimit.Definition())
-			ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{
+			h := ratelimittest.New(t, advancedratelimit.Definition())
+			ch := h.Chain(route, ratelimittest.Entry(advancedratelimit.Name, map[string]any{
 				"quotas": []any{quota("q", 10, "1m", map[string]any{"keyExtraction": keys})}}))
 			call := h.Call(route, ratelimittest.Req{App: tc.app})
 			if tc.header != "" {
@@ -63,9 +65,9 @@ func TestAdvancedKeyExtraction(t *testing.T) {
 }
 
 func TestAdvancedCostExtraction(t *testing.T) {
-	h := ratelimittest.New(t, ratelimit.Definition(), llmcost.Definition())
+	h := ratelimittest.New(t, advancedratelimit.Definition(), llmcost.Definition())
 	ch := h.Chain(route,
-		ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{
+		ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{
 			quota("req", 100, "1m", nil),
 			quota("tok", 100000, "1h", map[string]any{"costExtraction": map[string]any{"source": "response", "promptMultiplier": 1, "completionMultiplier": 4}}),
 			quota("usd", 5_000_000, "1d", map[string]any{"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1e6}}),
@@ -93,8 +95,8 @@ func TestAdvancedCostExtraction(t *testing.T) {
 }
 
 func TestAdvancedDifferentExtractionsShareRouteTag(t *testing.T) {
-	h := ratelimittest.New(t, ratelimit.Definition())
-	ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{
+	h := ratelimittest.New(t, advancedratelimit.Definition())
+	ch := h.Chain(route, ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{
 		quota("global", 100, "1m", nil),
 		quota("per-ip", 5, "1m", map[string]any{"keyExtraction": []any{map[string]any{"type": "ip"}}}),
 	}}))
@@ -112,8 +114,8 @@ func TestAdvancedDifferentExtractionsShareRouteTag(t *testing.T) {
 }
 
 func TestAdvancedCustomDenial(t *testing.T) {
-	h := ratelimittest.New(t, ratelimit.Definition())
-	ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{
+	h := ratelimittest.New(t, advancedratelimit.Definition())
+	ch := h.Chain(route, ratelimittest.Entry(advancedratelimit.Name, map[string]any{
 		"quotas":              []any{quota("q", 1, "1m", nil)},
 		"onRateLimitExceeded": map[string]any{"status": 503, "body": `{"busy":true}`},
 	}))
@@ -122,16 +124,16 @@ func TestAdvancedCustomDenial(t *testing.T) {
 	if gerr == nil || gerr.Status != 503 || string(gerr.Envelope()) != `{"busy":true}` || gerr.RetryAfter != time.Minute {
 		t.Fatalf("custom denial %+v", gerr)
 	}
-	if _, err := h.BuildChain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{
+	if _, err := h.BuildChain(route, ratelimittest.Entry(advancedratelimit.Name, map[string]any{
 		"quotas": []any{quota("q", 1, "1m", nil)}, "onRateLimitExceeded": map[string]any{"body": "not json"}})); err == nil {
 		t.Fatal("non-JSON body accepted")
 	}
 }
 
 func TestAdvancedReleaseOnLaterRejection(t *testing.T) {
-	h := ratelimittest.New(t, ratelimit.Definition())
+	h := ratelimittest.New(t, advancedratelimit.Definition())
 	ch := h.Chain(route,
-		ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{quota("q", 3, "1m", nil)}}),
+		ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{quota("q", 3, "1m", nil)}}),
 		ratelimittest.Entry(ratelimittest.RejectName, nil))
 	for range 5 {
 		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), policies.Outcome{Kind: policies.Rejected}); gerr == nil || gerr.Policy != ratelimittest.RejectName {
@@ -169,9 +171,9 @@ func TestAdvancedTrust(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := ratelimittest.New(t, ratelimit.Definition(), llmcost.Definition())
+			h := ratelimittest.New(t, advancedratelimit.Definition(), llmcost.Definition())
 			ch := h.Chain(route,
-				ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{
+				ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{
 					quota("req", 100, "1m", nil),
 					quota("tok", 100000, "1h", map[string]any{"costExtraction": map[string]any{"source": "response", "promptMultiplier": 1, "completionMultiplier": 4}}),
 					quota("usd", 5_000_000, "1d", map[string]any{"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1e6}}),
@@ -213,19 +215,40 @@ func TestAdvancedTrust(t *testing.T) {
 func TestAdvancedCostQuotaNeedsAPricer(t *testing.T) {
 	costQuota := map[string]any{"quotas": []any{quota("spend", 1_000_000, "1d", map[string]any{
 		"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1000000}})}}
-	h := ratelimittest.New(t, ratelimit.Definition(), llmcost.Definition())
-	if _, err := h.BuildChain(route, ratelimittest.Entry(llmcost.Name, nil), ratelimittest.Entry(ratelimit.AdvancedName, costQuota)); err == nil ||
+	h := ratelimittest.New(t, advancedratelimit.Definition(), llmcost.Definition())
+	if _, err := h.BuildChain(route, ratelimittest.Entry(llmcost.Name, nil), ratelimittest.Entry(advancedratelimit.Name, costQuota)); err == nil ||
 		!strings.Contains(err.Error(), "no llm-cost after it") {
 		t.Fatalf("llm-cost before the quota: want a chain error, got %v", err)
 	}
-	ch := h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, costQuota), ratelimittest.Entry(llmcost.Name, nil))
+	ch := h.Chain(route, ratelimittest.Entry(advancedratelimit.Name, costQuota), ratelimittest.Entry(llmcost.Name, nil))
 	gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "no-such-model"}), ratelimittest.Completed(nil))
-	if gerr == nil || gerr.Status != 400 || gerr.Code != gwerror.CodeModelNotPriced || gerr.Policy != ratelimit.AdvancedName {
+	if gerr == nil || gerr.Status != 400 || gerr.Code != gwerror.CodeModelNotPriced || gerr.Policy != advancedratelimit.Name {
 		t.Fatalf("unpriced model: %v", gerr)
 	}
 	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "gpt-4o"}), ratelimittest.Completed(nil)); gerr != nil {
 		t.Fatalf("priced model: %v", gerr)
 	}
 	// A quota that does not read x-llm-cost needs no llm-cost.
-	h.Chain(route, ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{quota("q", 5, "1m", nil)}}))
+	h.Chain(route, ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{quota("q", 5, "1m", nil)}}))
+}
+
+// TestAdvancedSaturatedMultiplier: a prompt estimate times a huge (finite)
+// multiplier is beyond int64; it is denied as never fitting, not a 500.
+func TestAdvancedSaturatedMultiplier(t *testing.T) {
+	h := ratelimittest.New(t, advancedratelimit.Definition())
+	ch := h.Chain(route, ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{
+		quota("tok", 1_000_000, "1h", map[string]any{"costExtraction": map[string]any{"source": "response", "promptMultiplier": 1e30}}),
+	}}))
+	gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), ratelimittest.Completed(nil))
+	if gerr == nil || gerr.Status != http.StatusTooManyRequests || !strings.Contains(gerr.Message, "can never be admitted") {
+		t.Fatalf("got %+v, want a 429 that can never be admitted", gerr)
+	}
+	for _, bad := range []float64{math.Inf(1), math.NaN()} {
+		_, err := h.BuildChain(route, ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{
+			quota("tok", 1000, "1h", map[string]any{"costExtraction": map[string]any{"source": "response", "completionMultiplier": bad}}),
+		}}))
+		if err == nil {
+			t.Fatalf("completionMultiplier %v accepted", bad)
+		}
+	}
 }
