@@ -233,7 +233,7 @@ func (a *Policy) LinkChain(entries []policies.Entry, self int) error {
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
 	a := &Policy{svc: svc, route: route, shared: true, exceeded: p.OnRateLimitExceeded}
 	var meters []ratelimit.Meter
-	var counters []ratelimit.Counter
+	var limits []ratelimit.Limit
 	for qi, q := range p.Quotas {
 		meters = append(meters, ratelimit.Meter{Name: q.Name, Unit: ratelimit.UnitRequests})
 		rt := quotaRT{keys: q.KeyExtraction, mult: 1}
@@ -274,17 +274,17 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 			if err != nil {
 				return nil, err
 			}
-			counters = append(counters, ratelimit.Counter{Meter: qi, Limit: lim})
+			limits = append(limits, ratelimit.Limit{Meter: qi, Capacity: lim})
 		}
 	}
-	opts := ratelimit.Options{Policy: Name, Route: route, Services: svc, Meters: meters, Counters: counters, Scope: ratelimit.ScopeQuota}
+	opts := ratelimit.Options{Policy: Name, Route: route, Services: svc, Meters: meters, Limits: limits, Scope: ratelimit.ScopeQuota}
 	if !a.shared {
 		// Quotas keyed differently cannot share a hash tag built from their own
 		// keys; the route name is the tag and each quota's key follows the period.
 		opts.Key = func(scope string, i int) string {
-			c := counters[i]
+			c := limits[i]
 			parts := strings.Split(scope, scopeSep)
-			return ratelimit.GroupKey(route.RouteName, Name) + ":" + meters[c.Meter].Name + ":" + ratelimit.PeriodLabel(c.Limit) + ":" + parts[c.Meter]
+			return ratelimit.GroupKey(route.RouteName, Name) + ":" + meters[c.Meter].Name + ":" + ratelimit.PeriodLabel(c.Capacity) + ":" + parts[c.Meter]
 		}
 	}
 	eng, err := ratelimit.New(opts)

@@ -79,15 +79,15 @@ var (
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	counters := make([]ratelimit.Counter, len(p.Limits))
+	limits := make([]ratelimit.Limit, len(p.Limits))
 	for i, l := range p.Limits {
 		lim, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Requests)
 		if err != nil {
 			return nil, err
 		}
-		counters[i] = ratelimit.Counter{Meter: 0, Limit: lim}
+		limits[i] = ratelimit.Limit{Meter: 0, Capacity: lim}
 	}
-	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Counters: counters,
+	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: limits,
 		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{{Name: "requests", Unit: ratelimit.UnitRequests}}})
 	if err != nil {

@@ -188,7 +188,7 @@ func (p *Policy) LinkChain(entries []policies.Entry, self int) error {
 }
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	var counters []ratelimit.Counter
+	var limits []ratelimit.Limit
 	add := func(ls []BudgetLimit) ([]int, error) {
 		var idx []int
 		for _, l := range ls {
@@ -196,8 +196,8 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 			if err != nil {
 				return nil, err
 			}
-			idx = append(idx, len(counters))
-			counters = append(counters, ratelimit.Counter{Meter: 0, Limit: lim})
+			idx = append(idx, len(limits))
+			limits = append(limits, ratelimit.Limit{Meter: 0, Capacity: lim})
 		}
 		return idx, nil
 	}
@@ -217,7 +217,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 			pol.overrideOf[app] = i + 1
 		}
 	}
-	pol.eng, err = ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Counters: counters,
+	pol.eng, err = ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: limits,
 		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{{Name: "cost", Unit: ratelimit.UnitUSDMicros}}})
 	if err != nil {

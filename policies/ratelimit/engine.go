@@ -47,10 +47,11 @@ type Options struct {
 	Route    policies.RouteInfo
 	Services *policies.Services
 	Meters   []Meter
-	Counters []Counter
-	// Key, when set, builds the key of counter i for a scope (advanced-ratelimit
-	// uses it for quotas with their own key extraction). Default: StandardKey.
-	Key func(scope string, counter int) string
+	Limits   []Limit
+	// Key, when set, builds the key of the counter of limit i under a scope
+	// (advanced-ratelimit uses it for quotas with their own key extraction).
+	// Default: StandardKey.
+	Key func(scope string, i int) string
 	// Scope says what the engine's scopes are, for denial messages and
 	// X-Sluice-Policy (default ScopeRoute).
 	Scope ScopeKind
@@ -75,11 +76,11 @@ type Engine struct {
 	policy   string
 	route    policies.RouteInfo
 	slot     string
-	counters []Counter
+	limits   []Limit
 	meters   []Meter
-	store    counter.Store
+	counters counter.Store
 	logger   *slog.Logger
-	keyFn    func(scope string, counter int) string
+	keyFn    func(scope string, i int) string
 	// standardKeys: keyFn is StandardKey, so a scope's counters share its
 	// hash tag and are kept in one store group (Scope.Group).
 	standardKeys bool
@@ -117,11 +118,11 @@ func New(o Options) (*Engine, error) {
 	if len(o.Meters) == 0 || len(o.Meters) > MaxMeters {
 		return nil, fmt.Errorf("ratelimit: %d meters (want 1..%d)", len(o.Meters), MaxMeters)
 	}
-	for i, c := range o.Counters {
+	for i, c := range o.Limits {
 		if c.Meter < 0 || c.Meter >= len(o.Meters) {
-			return nil, fmt.Errorf("ratelimit: counter %d has no meter", i)
+			return nil, fmt.Errorf("ratelimit: limit %d has no meter", i)
 		}
-		if err := c.Limit.Validate(); err != nil {
+		if err := c.Capacity.Validate(); err != nil {
 			return nil, err
 		}
 	}
@@ -133,9 +134,9 @@ func New(o Options) (*Engine, error) {
 		policy:    o.Policy,
 		route:     o.Route,
 		slot:      sharedctx.InstanceKey(o.Route.InstanceID, ReservationSlot),
-		counters:  o.Counters,
+		limits:    o.Limits,
 		meters:    o.Meters,
-		store:     svc.Counters,
+		counters:  svc.Counters,
 		logger:    logger,
 		keyFn:     o.Key,
 		scopeKind: o.Scope,
@@ -150,7 +151,7 @@ func New(o Options) (*Engine, error) {
 	}
 	e.results.New = func() any { return new(counter.Result) }
 	e.m = newMetrics(svc.Metrics, o.Route.RouteName, o.Policy, o.Meters)
-	e.allCounts = make([]int, len(o.Counters))
+	e.allCounts = make([]int, len(o.Limits))
 	for i := range e.allCounts {
 		e.allCounts[i] = i
 	}
@@ -163,8 +164,8 @@ func (e *Engine) Slot() string { return e.slot }
 // Policy is the policy name.
 func (e *Engine) Policy() string { return e.policy }
 
-// Counters returns the engine's counters (read-only).
-func (e *Engine) Counters() []Counter { return e.counters }
+// Limits returns the engine's limits (read-only).
+func (e *Engine) Limits() []Limit { return e.limits }
 
 // Meters returns the engine's meters (read-only).
 func (e *Engine) Meters() []Meter { return e.meters }
@@ -177,8 +178,8 @@ func (e *Engine) OpenReservations() int64 { return e.open.Load() }
 // for a model rule's counter. The braces are a Redis Cluster hash tag: all
 // counters of one scope live in one slot, so one reservation is one script.
 func (e *Engine) StandardKey(scope string, i int) string {
-	c := e.counters[i]
-	k := GroupKey(scope, e.policy) + ":" + e.meters[c.Meter].Name + ":" + PeriodLabel(c.Limit)
+	c := e.limits[i]
+	k := GroupKey(scope, e.policy) + ":" + e.meters[c.Meter].Name + ":" + PeriodLabel(c.Capacity)
 	if c.Rule != "" {
 		k += ":model:" + c.Rule
 	}
@@ -196,8 +197,8 @@ func (e *Engine) Scope(id string, name func(id string) string) *Scope {
 	if v, ok := e.scopes.Load(id); ok {
 		return v.(*Scope)
 	}
-	s := &Scope{ID: id, Name: name(id), Keys: make([]string, len(e.counters))}
-	for i := range e.counters {
+	s := &Scope{ID: id, Name: name(id), Keys: make([]string, len(e.limits))}
+	for i := range e.limits {
 		s.Keys[i] = e.keyFn(s.Name, i)
 	}
 	if e.standardKeys {
@@ -214,8 +215,8 @@ func (e *Engine) Scope(id string, name func(id string) string) *Scope {
 // Admission is one request's charge: where, which counters, how much.
 type Admission struct {
 	Scope *Scope
-	// Counters are indexes into the engine's counters (read-only; policies
-	// precompute these selections).
+	// Counters selects the counters of Scope charged: indexes into the
+	// engine's limits (read-only; policies precompute these selections).
 	Counters []int
 	// Amounts is the estimate per meter, excluding the output reservation.
 	Amounts Amounts
@@ -296,14 +297,14 @@ func (e *Engine) Peek(ctx context.Context, scope *Scope, sel []int, res *counter
 	var arr [inlineDebits]counter.Debit
 	debits := arr[:0]
 	for _, i := range sel {
-		debits = append(debits, counter.Debit{Key: scope.Keys[i], Group: scope.Group, Limit: e.counters[i].Limit})
+		debits = append(debits, counter.Debit{Key: scope.Keys[i], Group: scope.Group, Limit: e.limits[i].Capacity})
 	}
 	return e.storePeek(ctx, debits, res)
 }
 
 func (e *Engine) storeReserve(ctx context.Context, debits []counter.Debit, res *counter.Result) error {
 	start := time.Now()
-	return e.observe(opReserve, start, e.store.Reserve(ctx, debits, res))
+	return e.observe(opReserve, start, e.counters.Reserve(ctx, debits, res))
 }
 
 // observe records a store call of op that started at start and returns its
@@ -322,7 +323,7 @@ func (e *Engine) observe(op int, start time.Time, err error) error {
 // help (a counter without output is the one short, or not even 1 fits).
 func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admission, res *counter.Result) (int64, bool) {
 	d := res.Denied
-	if d < 0 || d >= len(r.sel) || a.OutputMeters&(1<<uint(e.counters[r.sel[d]].Meter)) == 0 || a.Choices < 1 {
+	if d < 0 || d >= len(r.sel) || a.OutputMeters&(1<<uint(e.limits[r.sel[d]].Meter)) == 0 || a.Choices < 1 {
 		return 0, false
 	}
 	if err := e.storePeek(ctx, r.debits, res); err != nil {
@@ -331,14 +332,14 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 	best := a.Output - 1
 	for i, db := range r.debits {
 		rem := res.Remaining[i]
-		if a.OutputMeters&(1<<uint(e.counters[r.sel[i]].Meter)) == 0 {
+		if a.OutputMeters&(1<<uint(e.limits[r.sel[i]].Meter)) == 0 {
 			if rem < db.Amount {
 				return 0, false
 			}
 			continue
 		}
 		// What the counter affords beyond the rest of the estimate, per choice.
-		base, fit := a.Amounts[e.counters[r.sel[i]].Meter], int64(0)
+		base, fit := a.Amounts[e.limits[r.sel[i]].Meter], int64(0)
 		if rem > base {
 			fit = (rem - base) / a.Choices
 		}
@@ -352,7 +353,7 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 
 func (e *Engine) storePeek(ctx context.Context, debits []counter.Debit, res *counter.Result) error {
 	start := time.Now()
-	return e.observe(opPeek, start, e.store.Peek(ctx, debits, res))
+	return e.observe(opPeek, start, e.counters.Peek(ctx, debits, res))
 }
 
 func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {
@@ -382,28 +383,28 @@ func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {
 // for a budget, a longer wait, or a request that can never fit.
 func (e *Engine) denial(r *Reservation, a *Admission, res *counter.Result) *gwerror.Error {
 	d := max(res.Denied, 0)
-	cnt := e.counters[r.sel[d]]
+	cnt := e.limits[r.sel[d]]
 	meter := e.meters[cnt.Meter]
 	what := meter.Name
 	if cnt.Rule != "" {
 		what += " (model rule " + cnt.Rule + ")"
 	}
 	code, reason := gwerror.CodeRateLimitExceeded, reasonRate
-	if IsBudget(meter.Unit, cnt.Limit) {
+	if IsBudget(meter.Unit, cnt.Capacity) {
 		code, reason = gwerror.CodeBudgetExceeded, reasonBudget
 	}
 	g := &gwerror.Error{Status: http.StatusTooManyRequests, Type: gwerror.TypeRateLimit, Code: code, Policy: e.policy,
 		Scope: e.scopeLabel(meter), ShouldRetry: gwerror.RetryNo}
 	now := e.now()
 	if d < len(res.Remaining) {
-		g.Limits.Set(kindOf(meter), dialect.Counter{Limit: cnt.Limit.Max, Remaining: res.Remaining[d], Reset: res.ResetAfter[d], At: now})
+		g.Limits.Set(kindOf(meter), dialect.Counter{Limit: cnt.Capacity.Max, Remaining: res.Remaining[d], Reset: res.ResetAfter[d], At: now})
 	}
 	need := a.amount(cnt.Meter) // the debit itself may be capped (Reservation.fill)
 	where := e.scopePhrase(a.Scope, meter)
 	if res.Never {
 		e.m.denied[reasonNever].Inc()
 		g.Message = fmt.Sprintf("%s: this request needs %s of %s, more than the limit of %s %s for %s; it can never be admitted",
-			e.policy, formatUnits(meter.Unit, need), what, formatUnits(meter.Unit, cnt.Limit.Max), HumanPeriod(cnt.Limit), where)
+			e.policy, formatUnits(meter.Unit, need), what, formatUnits(meter.Unit, cnt.Capacity.Max), HumanPeriod(cnt.Capacity), where)
 		return g
 	}
 	e.m.denied[reason].Inc()
@@ -415,7 +416,7 @@ func (e *Engine) denial(r *Reservation, a *Admission, res *counter.Result) *gwer
 		g.ShouldRetry = gwerror.RetryYes
 	}
 	g.Message = fmt.Sprintf("%s: %s exceeded for %s: %s limit %s %s; this request needs %s",
-		e.policy, kind, where, what, formatUnits(meter.Unit, cnt.Limit.Max), HumanPeriod(cnt.Limit), formatUnits(meter.Unit, need))
+		e.policy, kind, where, what, formatUnits(meter.Unit, cnt.Capacity.Max), HumanPeriod(cnt.Capacity), formatUnits(meter.Unit, need))
 	if reason == reasonRate && g.RetryAfter > 0 {
 		g.Message += fmt.Sprintf("; retry after %ds", int64((g.RetryAfter+time.Second-1)/time.Second))
 	}
@@ -482,8 +483,8 @@ func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *counter.Resul
 	now := e.now()
 	lim := c.Limits()
 	for i := range r.debits {
-		cnt := e.counters[r.sel[i]]
-		lim.Offer(kindOf(e.meters[cnt.Meter]), dialect.Counter{Limit: cnt.Limit.Max, Remaining: res.Remaining[i], Reset: res.ResetAfter[i], At: now})
+		cnt := e.limits[r.sel[i]]
+		lim.Offer(kindOf(e.meters[cnt.Meter]), dialect.Counter{Limit: cnt.Capacity.Max, Remaining: res.Remaining[i], Reset: res.ResetAfter[i], At: now})
 	}
 }
 
@@ -494,7 +495,7 @@ func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *counter.Resul
 func (e *Engine) clearHeaders(c *policies.Call, r *Reservation) {
 	lim := c.Limits()
 	for i := range r.debits {
-		lim.Clear(kindOf(e.meters[e.counters[r.sel[i]].Meter]))
+		lim.Clear(kindOf(e.meters[e.limits[r.sel[i]].Meter]))
 	}
 }
 

@@ -46,14 +46,14 @@ func (e *Engine) Quota(ctx context.Context, scope *Scope, sel []int) []QuotaLine
 	}
 	out := make([]QuotaLine, 0, len(sel))
 	for j, i := range sel {
-		c := e.counters[i]
+		c := e.limits[i]
 		dim := e.meters[c.Meter].Name
 		if c.Rule != "" {
 			dim += ":model:" + c.Rule
 		}
 		out = append(out, QuotaLine{
-			Policy: e.policy, Scope: scope.Name, Dimension: dim, Period: PeriodLabel(c.Limit),
-			Limit: c.Limit.Max, Remaining: res.Remaining[j], Unit: e.meters[c.Meter].Unit,
+			Policy: e.policy, Scope: scope.Name, Dimension: dim, Period: PeriodLabel(c.Capacity),
+			Limit: c.Capacity.Max, Remaining: res.Remaining[j], Unit: e.meters[c.Meter].Unit,
 			ResetAfter: res.ResetAfter[j],
 		})
 	}

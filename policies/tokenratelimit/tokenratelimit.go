@@ -194,7 +194,7 @@ var (
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	var counters []ratelimit.Counter
+	var limits []ratelimit.Limit
 	add := func(ls [3][]ratelimit.CountLimit, rule string) ([]int, error) {
 		var idx []int
 		for m, list := range ls {
@@ -203,8 +203,8 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 				if err != nil {
 					return nil, err
 				}
-				idx = append(idx, len(counters))
-				counters = append(counters, ratelimit.Counter{Meter: m, Limit: lim, Rule: rule})
+				idx = append(idx, len(limits))
+				limits = append(limits, ratelimit.Limit{Meter: m, Capacity: lim, Rule: rule})
 			}
 		}
 		return idx, nil
@@ -223,7 +223,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 		}
 		// Dimensions the override does not list keep the default counters.
 		for _, b := range base {
-			if len(own[counters[b].Meter]) == 0 {
+			if len(own[limits[b].Meter]) == 0 {
 				idx = append(idx, b)
 			}
 		}
@@ -245,7 +245,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 		return nil, err
 	}
 	eng, err := ratelimit.New(ratelimit.Options{
-		Policy: Name, Route: route, Services: svc, Counters: counters,
+		Policy: Name, Route: route, Services: svc, Limits: limits,
 		Scope: ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{
 			{Name: "prompt", Unit: ratelimit.UnitTokens, Kind: dialect.InputTokens},

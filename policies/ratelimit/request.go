@@ -1,0 +1,59 @@
+package ratelimit
+
+import (
+	"sluice/llmapi"
+	"sluice/policies"
+	"sluice/tokencount"
+)
+
+// PromptEstimateKey caches the request's prompt token estimate in Metadata
+// (int64) so that several limit instances in one chain tokenize once. The value
+// depends only on the request body, so sharing it between instances is safe.
+const PromptEstimateKey = "ratelimit.prompt-estimate"
+
+// PromptTokens returns the request's estimated prompt tokens (0 without a body
+// or a tokenizer).
+func PromptTokens(c *policies.Call, tok *tokencount.Counter) int64 {
+	if v, ok := c.Shared.Metadata[PromptEstimateKey].(int64); ok {
+		return v
+	}
+	if c.Request == nil || c.Request.LLM == nil || tok == nil {
+		return 0
+	}
+	n := max(tok.EstimatePrompt(c.Request.LLM), 0)
+	c.Shared.Metadata[PromptEstimateKey] = n
+	return n
+}
+
+// RequestModel is the model the request names (body first, then the
+// SharedContext).
+func RequestModel(c *policies.Call) string {
+	if c.Request != nil && c.Request.LLM != nil && c.Request.LLM.Model != "" {
+		return c.Request.LLM.Model
+	}
+	return c.Shared.Model
+}
+
+// OutputBound returns the request's output bound per choice after applying
+// maxOutput (0: no cap), and the number of choices the upstream generates (n
+// per prompt of a batch, llmapi.Request.Choices). Endpoints without output
+// (embeddings) and requests without a body have bound 0 and 1 choice.
+func OutputBound(c *policies.Call, maxOutput int64) (perChoice int64, choices int64, applicable bool) {
+	if c.Request == nil || c.Request.LLM == nil || c.Request.LLM.Endpoint == llmapi.Embeddings {
+		return 0, 1, false
+	}
+	llm := c.Request.LLM
+	want := llm.MaxTokens
+	if maxOutput > 0 && (want == 0 || want > maxOutput) {
+		want = maxOutput
+	}
+	return want, int64(max(llm.Choices(), 1)), true
+}
+
+// ApplyOutputBound rewrites the request's max tokens to n when it differs.
+func ApplyOutputBound(c *policies.Call, n int64) error {
+	if c.Request == nil || c.Request.LLM == nil || n <= 0 || c.Request.LLM.MaxTokens == n {
+		return nil
+	}
+	return c.Request.LLM.SetMaxTokens(n)
+}
