@@ -210,9 +210,9 @@ type Policy struct {
 }
 
 var (
-	_ policies.Finalizer      = (*Policy)(nil)
-	_ policies.ChainLinker    = (*Policy)(nil)
-	_ ratelimit.QuotaReporter = (*Policy)(nil)
+	_ policies.Finalizer     = (*Policy)(nil)
+	_ policies.ChainLinker   = (*Policy)(nil)
+	_ policies.QuotaReporter = (*Policy)(nil)
 )
 
 // LinkChain links an instance with a quota that settles with x-llm-cost to
@@ -235,7 +235,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	var meters []ratelimit.Meter
 	var limits []ratelimit.Limit
 	for qi, q := range p.Quotas {
-		meters = append(meters, ratelimit.Meter{Name: q.Name, Unit: ratelimit.UnitRequests})
+		meters = append(meters, ratelimit.Meter{Name: q.Name, Unit: policies.UnitRequests})
 		rt := quotaRT{keys: q.KeyExtraction, mult: 1}
 		if len(rt.keys) == 0 {
 			rt.keys = []KeyComponent{{Type: "routename"}}
@@ -248,7 +248,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 				if rt.pm == 0 && rt.cm == 0 && rt.tm == 0 {
 					rt.tm = 1
 				}
-				meters[qi].Unit = ratelimit.UnitTokens
+				meters[qi].Unit = policies.UnitTokens
 			case "metadata":
 				rt.src, rt.needsMetadata, rt.metaKey = srcMetadata, true, ce.Key
 				a.costQuota = a.costQuota || ce.Key == sharedctx.KeyLLMCost
@@ -256,12 +256,12 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 					rt.mult = ce.Multiplier
 				}
 				if ce.Key == sharedctx.KeyLLMCost && rt.mult == 1e6 {
-					meters[qi].Unit = ratelimit.UnitUSDMicros
+					meters[qi].Unit = policies.UnitUSDMicros
 				}
 			default:
 				rt.reqTokens = ce.RequestTokens
 				if rt.reqTokens {
-					meters[qi].Unit = ratelimit.UnitTokens
+					meters[qi].Unit = policies.UnitTokens
 				}
 			}
 		}
@@ -387,11 +387,11 @@ func (a *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 		case srcRequest:
 			adm.Amounts[i] = 1
 			if q.reqTokens {
-				adm.Amounts[i] = ratelimit.PromptTokens(c, a.svc.Tokens)
+				adm.Amounts[i] = policies.PromptTokens(c, a.svc.Tokens)
 			}
 		case srcResponse:
 			// Saturating: a product beyond int64 cannot fit any counter.
-			adm.Amounts[i] = satmath.Ceil(float64(ratelimit.PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm))
+			adm.Amounts[i] = satmath.Ceil(float64(policies.PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm))
 		case srcMetadata:
 			adm.Amounts[i] = 1
 		}
@@ -460,6 +460,6 @@ func (a *Policy) Actual(c *policies.Call, o *policies.Outcome, r *ratelimit.Rese
 }
 
 // Quota reports the caller's counters.
-func (a *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
+func (a *Policy) Quota(c *policies.Call) []policies.QuotaLine {
 	return a.eng.Quota(c.Ctx, a.scope(c), a.eng.AllCounters())
 }

@@ -10,7 +10,6 @@ import (
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/advancedratelimit"
-	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
 )
 
@@ -88,7 +87,7 @@ func TestQuotaLeavesOutUnreadCounters(t *testing.T) {
 	ps := &peekStore{Store: h.Store}
 	h.Svc.Counters = ps
 	ch := h.Chain(route, ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{quota("q", 10, "1m", nil)}}))
-	qr := ch.Entries()[0].Policy.(ratelimit.QuotaReporter)
+	qr := ch.Entries()[0].Policy.(policies.QuotaReporter)
 	for _, tc := range []struct {
 		name        string
 		fail, local bool

@@ -74,8 +74,8 @@ type Policy struct {
 }
 
 var (
-	_ policies.Finalizer      = (*Policy)(nil)
-	_ ratelimit.QuotaReporter = (*Policy)(nil)
+	_ policies.Finalizer     = (*Policy)(nil)
+	_ policies.QuotaReporter = (*Policy)(nil)
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
@@ -89,7 +89,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	}
 	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: limits,
 		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
-		Meters: []ratelimit.Meter{{Name: "requests", Unit: ratelimit.UnitRequests}}})
+		Meters: []ratelimit.Meter{{Name: "requests", Unit: policies.UnitRequests}}})
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +118,6 @@ func (p *Policy) Actual(_ *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 }
 
 // Quota reports the caller's counters.
-func (p *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
+func (p *Policy) Quota(c *policies.Call) []policies.QuotaLine {
 	return p.eng.Quota(c.Ctx, p.scoper.ScopeOf(p.eng, c, p.scoper.ID(c)), p.eng.AllCounters())
 }

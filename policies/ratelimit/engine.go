@@ -454,8 +454,8 @@ func (e *Engine) scopePhrase(s *Scope, meter Meter) string {
 	return "route " + e.route.RouteName + " (shared by every application)"
 }
 
-func formatUnits(u Unit, n int64) string {
-	if u == UnitUSDMicros {
+func formatUnits(u policies.Unit, n int64) string {
+	if u == policies.UnitUSDMicros {
 		return "$" + dialect.Dollars(n)
 	}
 	return strconv.FormatInt(n, 10) + " " + string(u)
@@ -468,9 +468,9 @@ func kindOf(m Meter) dialect.Kind {
 		return m.Kind
 	}
 	switch m.Unit {
-	case UnitRequests:
+	case policies.UnitRequests:
 		return dialect.Requests
-	case UnitUSDMicros:
+	case policies.UnitUSDMicros:
 		return dialect.Cost
 	}
 	return dialect.Tokens

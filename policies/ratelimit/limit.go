@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"sluice/counter"
+	"sluice/policies"
 )
 
 // Limit is one configured limit of an engine: a meter, its capacity and
@@ -74,8 +75,8 @@ func LimitFor(alg string, d time.Duration, max int64) (counter.Limit, error) {
 // IsBudget reports whether a counter is a budget rather than a rate: it counts
 // money, or it is a window (fixed or calendar) of one day or longer. Denials
 // by a budget carry code budget_exceeded, others rate_limit_exceeded.
-func IsBudget(u Unit, l counter.Limit) bool {
-	if u == UnitUSDMicros || l.Algorithm == counter.CalendarMonth {
+func IsBudget(u policies.Unit, l counter.Limit) bool {
+	if u == policies.UnitUSDMicros || l.Algorithm == counter.CalendarMonth {
 		return true
 	}
 	return l.Algorithm == counter.FixedWindow && l.Period >= 24*time.Hour

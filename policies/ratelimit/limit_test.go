@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"sluice/counter"
+	"sluice/policies"
 	"sluice/policies/ratelimit"
 )
 
@@ -35,11 +36,11 @@ func TestLimitFor(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || l.Algorithm != tc.want || ratelimit.PeriodLabel(l) != tc.label || ratelimit.IsBudget(ratelimit.UnitTokens, l) != tc.budget {
-			t.Errorf("%s %v: got %+v %q budget=%v err=%v", tc.alg, tc.d, l, ratelimit.PeriodLabel(l), ratelimit.IsBudget(ratelimit.UnitTokens, l), err)
+		if err != nil || l.Algorithm != tc.want || ratelimit.PeriodLabel(l) != tc.label || ratelimit.IsBudget(policies.UnitTokens, l) != tc.budget {
+			t.Errorf("%s %v: got %+v %q budget=%v err=%v", tc.alg, tc.d, l, ratelimit.PeriodLabel(l), ratelimit.IsBudget(policies.UnitTokens, l), err)
 		}
 	}
-	if !ratelimit.IsBudget(ratelimit.UnitUSDMicros, counter.Limit{Algorithm: counter.TokenBucket, Max: 1, Period: time.Minute}) {
+	if !ratelimit.IsBudget(policies.UnitUSDMicros, counter.Limit{Algorithm: counter.TokenBucket, Max: 1, Period: time.Minute}) {
 		t.Error("money is always a budget")
 	}
 }

@@ -2,15 +2,7 @@ package ratelimit
 
 import (
 	"sluice/dialect"
-)
-
-// Unit is what a meter counts.
-type Unit string
-
-const (
-	UnitTokens    Unit = "tokens"
-	UnitRequests  Unit = "requests"
-	UnitUSDMicros Unit = "usd_micros"
+	"sluice/policies"
 )
 
 // MaxMeters bounds the meters of one engine (Amounts is a fixed array so that
@@ -25,7 +17,8 @@ type Amounts [MaxMeters]int64
 type Meter struct {
 	// Name appears in counter keys, error messages and quota reports.
 	Name string
-	Unit Unit
+	// Unit is what the meter counts.
+	Unit policies.Unit
 	// Kind is the rate-limit header family that reports the meter's counters
 	// (0: by Unit: tokens, requests or cost).
 	Kind dialect.Kind

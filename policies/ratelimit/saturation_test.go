@@ -40,7 +40,7 @@ func TestSaturatedAdmissions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := ratelimittest.New(t)
 			eng, err := ratelimit.New(ratelimit.Options{Policy: "test-limit", Route: policies.RouteInfo{RouteName: route, InstanceID: "i1"},
-				Services: h.Svc, Meters: []ratelimit.Meter{{Name: "total", Unit: ratelimit.UnitTokens}},
+				Services: h.Svc, Meters: []ratelimit.Meter{{Name: "total", Unit: policies.UnitTokens}},
 				Limits: []ratelimit.Limit{{Meter: 0, Capacity: lim}}})
 			if err != nil {
 				t.Fatal(err)

@@ -395,11 +395,11 @@ func TestQuotaReport(t *testing.T) {
 	if gerr, _ := h.Do(ch, call, policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}); gerr != nil {
 		t.Fatal(gerr)
 	}
-	lines := ch.Entries()[0].Policy.(ratelimit.QuotaReporter).Quota(h.Call(route, ratelimittest.Req{App: "a"}))
+	lines := ch.Entries()[0].Policy.(policies.QuotaReporter).Quota(h.Call(route, ratelimittest.Req{App: "a"}))
 	if len(lines) != 2 {
 		t.Fatalf("lines %+v", lines)
 	}
-	if l := lines[0]; l.Scope != route+":a" || l.Dimension != "completion" || l.Limit != 1000 || l.Remaining != 900 || l.Unit != ratelimit.UnitTokens {
+	if l := lines[0]; l.Scope != route+":a" || l.Dimension != "completion" || l.Limit != 1000 || l.Remaining != 900 || l.Unit != policies.UnitTokens {
 		t.Fatalf("line 0 %+v", l)
 	}
 	if l := lines[1]; l.Dimension != "completion:model:gpt-4*" || l.Remaining != 400 {
@@ -546,7 +546,7 @@ func BenchmarkRequestFinal(b *testing.B) {
 			for i := range b.N {
 				call.Shared.Metadata = map[string]any{"x-application-id": apps[i%consumers]}
 				if !bc.tokenize {
-					call.Shared.Metadata[ratelimit.PromptEstimateKey] = int64(12)
+					call.Shared.Metadata[policies.PromptEstimateKey] = int64(12)
 				}
 				run := ch.Start(call)
 				if gerr := run.Request(); gerr != nil {
