@@ -1,18 +1,16 @@
 package spool
 
 import (
-	"bufio"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"sluice/meter"
+	"sluice/meter/internal/killtest"
 )
 
 // The kill -9 test runs this test binary again as a child process
@@ -83,28 +81,21 @@ func TestKill9(t *testing.T) {
 	}
 }
 
-// runKill9Child starts the child, SIGKILLs it once it has printed killAfter
+// runKill9Child runs the child, SIGKILLs it once it has printed killAfter
 // appended ids, and returns what it printed up to its death.
 func runKill9Child(t *testing.T, dir, mode string, killAfter int) (appended []string, acked, inFlight map[string]bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envKill9Dir+"="+dir, envKill9Mode+"="+mode)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-
+	env := []string{envKill9Dir + "=" + dir, envKill9Mode + "=" + mode}
+	n := 0
+	lines := killtest.Run(t, "TestKill9Child", env, func(line string) bool {
+		if strings.HasPrefix(line, "a ") {
+			n++
+		}
+		return n >= killAfter
+	})
 	acked, inFlight = map[string]bool{}, map[string]bool{}
 	var pending []string // ids of the batch whose Ack is under way
-	killed := false
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range lines {
 		switch {
 		case strings.HasPrefix(line, "a "):
 			appended = append(appended, line[2:])
@@ -116,19 +107,6 @@ func runKill9Child(t *testing.T, dir, mode string, killAfter int) (appended []st
 			}
 			pending = nil
 		}
-		if !killed && len(appended) >= killAfter {
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			killed = true
-		}
-	}
-	err = cmd.Wait()
-	if !killed {
-		t.Fatalf("the child ended before the kill (%d appends): %v", len(appended), err)
-	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, want killed by SIGKILL", cmd.ProcessState)
 	}
 	for _, id := range pending {
 		inFlight[id] = true
@@ -147,9 +125,7 @@ func TestKill9Child(t *testing.T) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	// Each line is one write(2) on the pipe (shorter than PIPE_BUF), so the
-	// lines of concurrent goroutines never interleave.
-	say := func(line string) { os.Stdout.WriteString(line + "\n") }
+	say := killtest.Say
 	const writers = 4
 	for w := range writers {
 		go func() {

@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"sluice/meter"
+	"sluice/meter/internal/filesync"
 )
 
 // MaxRecordBytes is the largest payload a frame holds; Append refuses a
@@ -168,18 +169,15 @@ type Spool struct {
 	lock *os.File
 
 	// mu guards everything below, up to readMu.
-	mu       sync.Mutex
-	closed   bool
-	segs     []segment // oldest first; the last is active when f != nil
-	f        *os.File  // the active segment, opened for append
-	total    int64     // sum of segs' sizes
-	records  int64     // sum of segs' records
-	cursor   position  // oldest unacknowledged record; cursor.seq == segs[0].seq
-	buf      []byte    // frame being appended
-	dirty    bool      // the active segment has unsynced writes (SyncInterval)
-	dirDirty bool      // a segment was created since the last directory fsync
-	unsynced []*os.File
-	stats    Stats
+	mu      sync.Mutex
+	closed  bool
+	segs    []segment // oldest first; the last is active when f != nil
+	f       *os.File  // the active segment, opened for append
+	total   int64     // sum of segs' sizes
+	records int64     // sum of segs' records
+	cursor  position  // oldest unacknowledged record; cursor.seq == segs[0].seq
+	buf     []byte    // frame being appended
+	stats   Stats
 
 	// readMu serialises Next; ackMu serialises Ack.
 	readMu sync.Mutex
@@ -187,8 +185,7 @@ type Spool struct {
 	rfSeq  uint64
 	ackMu  sync.Mutex
 
-	stop chan struct{}
-	done chan struct{}
+	syncer *filesync.Syncer // SyncInterval only
 }
 
 // Open opens the spool in dir, creating it, and repairs what a crash left
@@ -210,8 +207,12 @@ func Open(dir string, opt Options) (*Spool, error) {
 		return nil, err
 	}
 	if opt.Sync == meter.SyncInterval {
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
-		go s.syncLoop()
+		s.syncer = filesync.Start(opt.SyncInterval, func(err error) {
+			s.mu.Lock()
+			s.stats.SyncErrors++
+			s.mu.Unlock()
+			s.log.Error("spool: fsync", "dir", s.dir, "err", err)
+		})
 	}
 	return s, nil
 }
@@ -389,22 +390,19 @@ func (s *Spool) writeLocked() error {
 			return fmt.Errorf("spool: fsync of segment %d: %w", active.seq, err)
 		}
 	case meter.SyncInterval:
-		s.dirty = true
+		s.syncer.Wrote(s.f)
 	}
 	return nil
 }
 
 // sealLocked closes the active segment for writing. With SyncInterval the
-// file goes to the sync loop, which fsyncs and closes it: only the loop
-// closes files in that mode while it runs.
+// file goes to the syncer, which fsyncs and closes it.
 func (s *Spool) sealLocked() {
 	if s.f == nil {
 		return
 	}
-	if s.opt.Sync == meter.SyncInterval {
-		// Even when clean: the sync loop may be fsyncing it right now.
-		s.unsynced = append(s.unsynced, s.f)
-		s.dirty = false
+	if s.syncer != nil {
+		s.syncer.Retire(s.f)
 	} else if err := s.f.Close(); err != nil {
 		s.log.Error("spool: closing a segment", "dir", s.dir, "err", err)
 	}
@@ -431,12 +429,12 @@ func (s *Spool) ensureActiveLocked() error {
 	}
 	switch s.opt.Sync {
 	case meter.SyncAlways:
-		if err := syncDir(s.dir); err != nil {
+		if err := filesync.SyncDir(s.dir); err != nil {
 			s.stats.SyncErrors++
 			s.log.Error("spool: fsync of the directory", "dir", s.dir, "err", err)
 		}
 	case meter.SyncInterval:
-		s.dirDirty = true
+		s.syncer.DirChanged(s.dir)
 	}
 	s.f = f
 	s.segs = append(s.segs, segment{seq: seq, size: segmentHeaderSize})
@@ -642,7 +640,7 @@ func (s *Spool) writeAck(p position) error {
 		return fmt.Errorf("spool: writing the ack file: %w", err)
 	}
 	if s.opt.Sync != meter.SyncNone {
-		if err := syncDir(s.dir); err != nil {
+		if err := filesync.SyncDir(s.dir); err != nil {
 			return fmt.Errorf("spool: writing the ack file: %w", err)
 		}
 	}
@@ -659,18 +657,6 @@ func writeFileSync(path string, data []byte, fsync bool) error {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
 	return err
@@ -697,9 +683,8 @@ func (s *Spool) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	if s.stop != nil {
-		close(s.stop)
-		<-s.done
+	if s.syncer != nil {
+		s.syncer.Stop()
 	}
 	// Lock order: ackMu, readMu, mu.
 	s.ackMu.Lock()
@@ -726,73 +711,9 @@ func (s *Spool) closeFiles() {
 		s.rf.Close()
 		s.rf = nil
 	}
-	for _, f := range s.unsynced {
-		f.Close()
-	}
-	s.unsynced = nil
 	if s.lock != nil {
 		unlockDir(s.lock)
 		s.lock = nil
-	}
-}
-
-// syncLoop fsyncs, every SyncInterval, the active segment when it has new
-// data, the segments sealed since the last round, and the directory when a
-// segment was created. It runs only with SyncInterval, and never holds mu
-// during an fsync.
-func (s *Spool) syncLoop() {
-	defer close(s.done)
-	t := time.NewTicker(s.opt.SyncInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			s.syncRound()
-			return
-		case <-t.C:
-			s.syncRound()
-		}
-	}
-}
-
-func (s *Spool) syncRound() {
-	s.mu.Lock()
-	var active *os.File
-	if s.dirty {
-		active = s.f
-		s.dirty = false
-	}
-	sealed := s.unsynced
-	s.unsynced = nil
-	dir := s.dirDirty
-	s.dirDirty = false
-	s.mu.Unlock()
-
-	var errs []error
-	for _, f := range sealed {
-		if err := f.Sync(); err != nil {
-			errs = append(errs, err)
-		}
-		f.Close()
-	}
-	// The active file is only closed by Close (after this loop ended) or
-	// by sealLocked, which hands a dirty file to s.unsynced instead: it is
-	// open here.
-	if active != nil {
-		if err := active.Sync(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if dir {
-		if err := syncDir(s.dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		s.mu.Lock()
-		s.stats.SyncErrors += uint64(len(errs))
-		s.mu.Unlock()
-		s.log.Error("spool: fsync", "dir", s.dir, "err", errors.Join(errs...))
 	}
 }
 
