@@ -302,8 +302,8 @@ func (s *Spool) makeRoomLocked(need int64) ([]drop, error) {
 	for s.total+need+s.headerIfNewLocked() > s.opt.MaxBytes {
 		if len(s.segs) == 1 && s.f != nil {
 			// Only the active segment is left: close it so it can go too.
-			// Options.defaults makes this unreachable unless SegmentBytes
-			// frames were written past the segment size by large records.
+			// The bounds Options.defaults enforces make this unreachable;
+			// it keeps the loop finite whatever the sizes.
 			s.sealLocked()
 		}
 		drops = append(drops, s.dropOldestLocked())
