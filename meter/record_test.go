@@ -17,7 +17,8 @@ import (
 // fullRecord has every field set, so its encoding holds every field name.
 func fullRecord() Record {
 	return Record{
-		ID:               "req-01HZX3",
+		ID:               "5f2c9a1be04d-0000002a",
+		ClientRequestID:  "client-trace-77",
 		Time:             time.Date(2026, 12, 1, 9, 30, 15, 123456789, time.FixedZone("CET", 3600)),
 		GatewayID:        "gw-eu-1",
 		Route:            "openai-prod",
