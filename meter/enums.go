@@ -70,25 +70,14 @@ func Resolutions() []Resolution {
 	return out
 }
 
-func (r Resolution) String() string {
-	if r < numResolutions {
-		return resolutionNames[r]
-	}
-	return "unset"
-}
+func (r Resolution) String() string { return name(resolutionNames[:], r) }
 
 // MarshalText returns the resolution's name.
 func (r Resolution) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // UnmarshalText accepts the name of a valid resolution.
 func (r *Resolution) UnmarshalText(b []byte) error {
-	for v := Settled; v < numResolutions; v++ {
-		if string(b) == resolutionNames[v] {
-			*r = v
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown resolution %q", b)
+	return parseName(resolutionNames[:], Settled, b, r, "resolution")
 }
 
 // UsageSource says where a record's token counts come from. Its text form is
@@ -119,23 +108,31 @@ var usageSourceNames = [numUsageSources]string{
 	UsageCounted:  "counted",
 }
 
-func (s UsageSource) String() string {
-	if s < numUsageSources {
-		return usageSourceNames[s]
-	}
-	return "none"
-}
+func (s UsageSource) String() string { return name(usageSourceNames[:], s) }
 
 // MarshalText returns the source's name.
 func (s UsageSource) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalText accepts the name of a usage source ("none" included).
 func (s *UsageSource) UnmarshalText(b []byte) error {
-	for v := UsageNone; v < numUsageSources; v++ {
-		if string(b) == usageSourceNames[v] {
-			*s = v
+	return parseName(usageSourceNames[:], UsageNone, b, s, "usage source")
+}
+
+// name is v's name in names; a value out of range has the zero value's name.
+func name[T ~uint8](names []string, v T) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return names[0]
+}
+
+// parseName sets *dst to the value named b, among those from first on.
+func parseName[T ~uint8](names []string, first T, b []byte, dst *T, kind string) error {
+	for v := first; int(v) < len(names); v++ {
+		if string(b) == names[v] {
+			*dst = v
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown usage source %q", b)
+	return fmt.Errorf("unknown %s %q", kind, b)
 }

@@ -222,19 +222,8 @@ func (s *Sink) Reopen() error {
 	old := s.f
 	s.f = f
 	s.stats.Reopens++
-	if s.syncer != nil {
-		s.syncer.Retire(old)
-		return nil
-	}
-	var serr error
-	if s.opt.Sync == meter.SyncAlways {
-		serr = old.Sync()
-	}
-	if cerr := old.Close(); serr == nil {
-		serr = cerr
-	}
-	if serr != nil {
-		return fmt.Errorf("jsonl: closing the previous file: %w", serr)
+	if err := s.syncer.Retire(old); err != nil {
+		return fmt.Errorf("jsonl: closing the previous file: %w", err)
 	}
 	return nil
 }
@@ -255,17 +244,8 @@ func (s *Sink) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	if s.syncer != nil {
-		s.syncer.Stop()
-	}
+	s.syncer.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var err error
-	if s.opt.Sync != meter.SyncNone {
-		err = s.f.Sync()
-	}
-	if cerr := s.f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return filesync.Close(s.f, s.opt.Sync != meter.SyncNone)
 }

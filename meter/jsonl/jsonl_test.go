@@ -15,17 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/proctest"
 	"sluice/meter"
 	"sluice/meter/internal/killtest"
+	"sluice/meter/internal/metertest"
 )
 
-func record(id string) *meter.Record {
-	return &meter.Record{
-		ID: id, Time: time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC), Route: "openai-prod", Provider: "openai",
-		Application: "app-a", RequestedModel: "gpt-5-mini", PromptTokens: 12, CompletionTokens: 3,
-		UsageSource: meter.UsageProvider, Resolution: meter.Settled, Status: 200, LatencyMicros: 900, Attempts: 1,
-	}
-}
+var record = metertest.Record
 
 func openT(t *testing.T, path string, opt Options) *Sink {
 	t.Helper()
@@ -112,7 +108,7 @@ func TestTornLastLine(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.content), 0o640); err != nil {
 				t.Fatal(err)
 			}
-			var logs bytes.Buffer
+			var logs proctest.Buffer
 			s := openT(t, path, Options{Sync: meter.SyncNone, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if st := s.Stats(); st.Repairs != tt.repairs || st.RepairedBytes != uint64(tt.cut) {
 				t.Errorf("stats %+v, want %d repairs of %d bytes", st, tt.repairs, tt.cut)

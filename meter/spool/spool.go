@@ -401,9 +401,7 @@ func (s *Spool) sealLocked() {
 	if s.f == nil {
 		return
 	}
-	if s.syncer != nil {
-		s.syncer.Retire(s.f)
-	} else if err := s.f.Close(); err != nil {
+	if err := s.syncer.Retire(s.f); err != nil {
 		s.log.Error("spool: closing a segment", "dir", s.dir, "err", err)
 	}
 	s.f = nil
@@ -652,14 +650,11 @@ func writeFileSync(path string, data []byte, fsync bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil && fsync {
-		err = f.Sync()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return filesync.Close(f, fsync)
 }
 
 // Stats returns the current counters.
@@ -683,9 +678,7 @@ func (s *Spool) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	if s.syncer != nil {
-		s.syncer.Stop()
-	}
+	s.syncer.Stop()
 	// Lock order: ackMu, readMu, mu.
 	s.ackMu.Lock()
 	defer s.ackMu.Unlock()
@@ -694,8 +687,9 @@ func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var err error
-	if s.f != nil && s.opt.Sync != meter.SyncNone {
-		err = s.f.Sync()
+	if s.f != nil {
+		err = filesync.Close(s.f, s.opt.Sync != meter.SyncNone)
+		s.f = nil
 	}
 	s.closeFiles()
 	return err

@@ -1,7 +1,6 @@
 package spool
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,55 +12,33 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/proctest"
 	"sluice/meter"
+	"sluice/meter/internal/metertest"
 )
 
-// record returns a realistic record with id "r<i>" (about 330 bytes encoded).
+// record returns a realistic record with id "r<i>" (470 bytes framed).
 func record(i int) *meter.Record {
-	return &meter.Record{
-		ID:               fmt.Sprintf("r%07d", i),
-		Time:             time.Date(2026, 12, 1, 9, 30, 0, i*1000, time.UTC),
-		GatewayID:        "gw-1",
-		Route:            "openai-prod",
-		Provider:         "openai",
-		Application:      "app-a",
-		KeyID:            "key_7f3a",
-		RequestedModel:   "gpt-5-mini",
-		ServedModel:      "gpt-5-mini-2025-08-07",
-		PromptTokens:     1200,
-		CachedTokens:     1024,
-		CompletionTokens: 350,
-		UsageSource:      meter.UsageProvider,
-		CostMicroUSD:     1234,
-		PriceVersion:     "2026-11-30",
-		Resolution:       meter.Settled,
-		Status:           200,
-		LatencyMicros:    1_250_000,
-		TTFTMicros:       310_000,
-		Attempts:         1,
+	return metertest.Record(fmt.Sprintf("r%07d", i))
+}
+
+// written creates a spool with records 0..n-1, runs then on it (when not
+// nil), closes it, and returns its directory.
+func written(t *testing.T, n int, then func(*Spool)) string {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{Sync: meter.SyncNone})
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-// logBuffer is a concurrency-safe log sink for assertions on log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	appendN(t, s, 0, n)
+	if then != nil {
+		then(s)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func openT(t *testing.T, dir string, opt Options) *Spool {
@@ -295,13 +272,7 @@ func TestTornTailRepaired(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(dir, Options{Sync: meter.SyncNone})
-			if err != nil {
-				t.Fatal(err)
-			}
-			appendN(t, s, 0, 10)
-			s.Close()
+			dir := written(t, 10, nil)
 			files := segmentFiles(t, dir)
 			if len(files) != 1 {
 				t.Fatalf("segment files %v", files)
@@ -309,8 +280,8 @@ func TestTornTailRepaired(t *testing.T) {
 			st, _ := os.Stat(files[0])
 			tt.damage(t, files[0], st.Size())
 
-			var logs logBuffer
-			s = openT(t, dir, Options{Sync: meter.SyncNone, Logger: logs.logger()})
+			var logs proctest.Buffer
+			s := openT(t, dir, Options{Sync: meter.SyncNone, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			stats := s.Stats()
 			if stats.Repairs != 1 || stats.RepairedBytes != uint64(tt.cutBytes) || stats.Pending != int64(tt.keep) {
 				t.Errorf("stats after repair: %+v, want 1 repair of %d bytes, %d pending", stats, tt.cutBytes, tt.keep)
@@ -328,19 +299,13 @@ func TestTornTailRepaired(t *testing.T) {
 }
 
 func TestTornSegmentHeader(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir, Options{Sync: meter.SyncNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendN(t, s, 0, 3)
-	s.Close()
+	dir := written(t, 3, nil)
 	// A crash right after creating the next segment, before its header was
 	// complete.
 	if err := os.WriteFile(filepath.Join(dir, "000000000002.seg"), []byte("SLS"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	s = openT(t, dir, Options{Sync: meter.SyncNone})
+	s := openT(t, dir, Options{Sync: meter.SyncNone})
 	if st := s.Stats(); st.Repairs != 1 || st.Pending != 3 {
 		t.Errorf("stats: %+v", st)
 	}
@@ -421,20 +386,15 @@ func TestAckFileUnreadable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(dir, Options{Sync: meter.SyncNone})
-			if err != nil {
-				t.Fatal(err)
-			}
-			appendN(t, s, 0, 10)
-			b, _ := s.Next(5)
-			s.Ack(b)
-			s.Close()
+			dir := written(t, 10, func(s *Spool) {
+				b, _ := s.Next(5)
+				s.Ack(b)
+			})
 			if err := os.WriteFile(filepath.Join(dir, ackFileName), []byte(tt.content), 0o640); err != nil {
 				t.Fatal(err)
 			}
-			var logs logBuffer
-			s = openT(t, dir, Options{Sync: meter.SyncNone, Logger: logs.logger()})
+			var logs proctest.Buffer
+			s := openT(t, dir, Options{Sync: meter.SyncNone, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if got := drain(t, s, 100); !slices.Equal(got, idRange(0, 10)) {
 				t.Errorf("read %v, want everything again", got)
 			}
@@ -446,19 +406,13 @@ func TestAckFileUnreadable(t *testing.T) {
 }
 
 func TestAckNotOnBoundary(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir, Options{Sync: meter.SyncNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendN(t, s, 0, 10)
-	s.Close()
+	dir := written(t, 10, nil)
 	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
 	ack := fmt.Sprintf("1 %d\n", segmentHeaderSize+4*frame+7)
 	if err := os.WriteFile(filepath.Join(dir, ackFileName), []byte(ack), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	s = openT(t, dir, Options{Sync: meter.SyncNone})
+	s := openT(t, dir, Options{Sync: meter.SyncNone})
 	if got := drain(t, s, 100); !slices.Equal(got, idRange(4, 10)) {
 		t.Errorf("read %v, want from the boundary before the acknowledged offset", got)
 	}
@@ -477,8 +431,8 @@ func TestBoundDropsOldest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs logBuffer
-			opt := Options{Sync: meter.SyncNone, MaxBytes: 160 << 10, SegmentBytes: 16 << 10, Logger: logs.logger()}
+			var logs proctest.Buffer
+			opt := Options{Sync: meter.SyncNone, MaxBytes: 160 << 10, SegmentBytes: 16 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 			s := openT(t, t.TempDir(), opt)
 			appendN(t, s, 0, 10)
 			if tt.ackedAt > 0 {

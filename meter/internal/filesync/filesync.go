@@ -44,15 +44,22 @@ func (s *Syncer) Wrote(f *os.File) {
 	s.mu.Unlock()
 }
 
-// Retire hands f to the syncer, which fsyncs and closes it in its next round.
-// The owner must not use f afterwards.
-func (s *Syncer) Retire(f *os.File) {
+// Retire hands f, which will not be written again, to the syncer, which
+// fsyncs and closes it in its next round; the owner must not use f
+// afterwards. On a nil Syncer (the modes without a background fsync: none
+// never fsyncs, always has fsynced every write) it closes f at once and
+// returns Close's error.
+func (s *Syncer) Retire(f *os.File) error {
+	if s == nil {
+		return f.Close()
+	}
 	s.mu.Lock()
 	if s.active == f {
 		s.active, s.dirty = nil, false
 	}
 	s.retired = append(s.retired, f)
 	s.mu.Unlock()
+	return nil
 }
 
 // DirChanged records that an entry of dir was created or renamed.
@@ -63,8 +70,11 @@ func (s *Syncer) DirChanged(dir string) {
 }
 
 // Stop runs a last round and stops the syncer. The owner may then close the
-// file it was writing.
+// file it was writing. Stop on a nil Syncer does nothing.
 func (s *Syncer) Stop() {
+	if s == nil {
+		return
+	}
 	close(s.stop)
 	<-s.done
 }
@@ -109,6 +119,19 @@ func (s *Syncer) round() {
 	if err := errors.Join(errs...); err != nil {
 		s.onErr(err)
 	}
+}
+
+// Close fsyncs f when fsync is true, then closes it, and returns the first
+// error.
+func Close(f *os.File, fsync bool) error {
+	var err error
+	if fsync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // SyncDir fsyncs a directory, making the entries created or renamed in it
