@@ -60,6 +60,8 @@ type sqlStore struct {
 	writer  *sql.DB
 	reader  *sql.DB
 	readTx  *sql.TxOptions
+	// deleteBatch is DeleteUsageBefore's batch on SQLite.
+	deleteBatch int
 }
 
 func openSQLite(path string) (*sqlStore, error) {
@@ -88,7 +90,7 @@ func openSQLite(path string) (*sqlStore, error) {
 		return nil, fmt.Errorf("store: opening %s: %w", path, err)
 	}
 	_ = os.Chmod(path, 0o600)
-	return &sqlStore{dialect: "sqlite", writer: w, reader: r}, nil
+	return &sqlStore{dialect: "sqlite", writer: w, reader: r, deleteBatch: defaultDeleteBatch}, nil
 }
 
 func openPostgres(dsn string) (*sqlStore, error) {
