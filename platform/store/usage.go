@@ -542,4 +542,3 @@ type UsageDeletion struct {
 	// Partitions are the PostgreSQL partitions dropped.
 	Partitions []string
 }
-

@@ -38,7 +38,9 @@ func insertUsage(t *testing.T, s store.Store, recs []store.UsageRecord) []bool {
 func allRecords(t *testing.T, s store.Store, q store.RecordQuery) []store.UsageRecord {
 	t.Helper()
 	q.Limit = 1 << 30
-	return read(t, s, func(ctx context.Context, tx store.Tx) ([]store.UsageRecord, error) { return tx.ListUsageRecords(ctx, q) })
+	return read(t, s, func(ctx context.Context, tx store.Tx) ([]store.UsageRecord, error) {
+		return tx.ListUsageRecords(ctx, q)
+	})
 }
 
 func count(n int, v bool) []bool {
