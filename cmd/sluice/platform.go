@@ -11,17 +11,19 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"sluice/platform"
+	"sluice/policies"
 	"sluice/policies/builtin"
 	"sluice/webui"
 )
 
 // platformOptions are the flags `sluice platform` and `sluice serve` share.
 type platformOptions struct {
-	adminListen, data, database, logFormat, logLevel *string
+	adminListen, data, database, logFormat, logLevel, usageRetention *string
 }
 
 func addPlatformFlags(fs *flag.FlagSet, database bool) platformOptions {
@@ -30,6 +32,8 @@ func addPlatformFlags(fs *flag.FlagSet, database bool) platformOptions {
 		data:        fs.String("data", platform.DefaultDataDir, "data directory: the SQLite database and the secret key file"),
 		logFormat:   fs.String("log-format", "text", "log format: text or json"),
 		logLevel:    fs.String("log-level", "info", "log level: debug, info, warn or error"),
+		usageRetention: fs.String("usage-retention", "30d",
+			"how long raw usage records are kept (\"30d\", \"720h\"; 0 keeps them forever); rollups are kept forever"),
 	}
 	empty := ""
 	o.database = &empty
@@ -45,12 +49,20 @@ func (o platformOptions) open(ctx context.Context, logger *slog.Logger, stdout i
 	if *o.database != "" && os.Getenv("SLUICE_SECRET_KEY") == "" {
 		logger.Warn("PostgreSQL without SLUICE_SECRET_KEY: upstream keys are sealed with the key file in the data directory; every platform replica needs the same key", "data", *o.data)
 	}
+	retention := time.Duration(-1) // "0": forever
+	if strings.TrimSpace(*o.usageRetention) != "0" {
+		d, err := policies.ParseDuration(*o.usageRetention)
+		if err != nil {
+			return nil, fmt.Errorf("--usage-retention: %w", err)
+		}
+		retention = d
+	}
 	console, err := webui.NewHandler(webui.Build())
 	if err != nil {
 		return nil, err
 	}
 	return platform.Open(ctx, platform.Options{
-		DataDir: *o.data, DatabaseURL: *o.database,
+		DataDir: *o.data, DatabaseURL: *o.database, UsageRetention: retention,
 		AdminToken: os.Getenv("SLUICE_ADMIN_TOKEN"), SecretKey: os.Getenv("SLUICE_SECRET_KEY"),
 		Announce: stdout, Registry: builtin.Registry(), Logger: logger, Console: console,
 	})
