@@ -7,9 +7,11 @@ package store
 // drops partitions, SQLite deletes in batches.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,11 +53,17 @@ func (g Granularity) Step() time.Duration {
 	return time.Hour
 }
 
-func (g Granularity) table() string {
+// table names the rollup table of granularity g: the one with every
+// dimension, or its summary.
+func (g Granularity) table(summary bool) string {
+	t := "usage_hourly"
 	if g == Day {
-		return "usage_daily"
+		t = "usage_daily"
 	}
-	return "usage_hourly"
+	if summary {
+		t += "_summary"
+	}
+	return t
 }
 
 // UsageDims are a rollup row's dimensions. Model is the requested model;
@@ -289,12 +297,65 @@ const rollupNCols = 16
 // rollupChunk bounds the rows of one upsert (16 parameters each).
 const rollupChunk = 1000
 
+// CompareRollups orders rollup rows by bucket, then by their dimensions in
+// the rollup tables' key order: the order AddUsageRollups wants.
+func CompareRollups(a, b UsageRollup) int {
+	return cmp.Or(a.Bucket.Compare(b.Bucket), cmp.Compare(a.Application, b.Application), cmp.Compare(a.Provider, b.Provider),
+		cmp.Compare(a.Route, b.Route), cmp.Compare(a.Model, b.Model), cmp.Compare(a.KeyID, b.KeyID),
+		cmp.Compare(a.Resolution, b.Resolution), cmp.Compare(a.StatusClass, b.StatusClass))
+}
+
+// The summary tables (usage_hourly_summary, usage_daily_summary) hold the
+// rollups without the key, resolution and status class dimensions: several
+// times fewer rows (an application's keys and outcomes summed), which
+// answer the dashboards' commonest questions (by application, provider,
+// route, model) without sorting the full table's rows. They are kept in the
+// transaction that adds to the full tables, so both always agree.
+func summarize(rows []UsageRollup) []UsageRollup {
+	type key struct {
+		bucket int64
+		UsageDims
+	}
+	sums := map[key]int{}
+	var out []UsageRollup
+	for _, r := range rows {
+		r.KeyID, r.Resolution, r.StatusClass = "", "", 0
+		k := key{us(r.Bucket), r.UsageDims}
+		if i, ok := sums[k]; ok {
+			out[i].Add(r.UsageTotals)
+			continue
+		}
+		sums[k] = len(out)
+		out = append(out, r)
+	}
+	slices.SortFunc(out, CompareRollups)
+	return out
+}
+
+// summarizes reports whether the summary tables answer q: it neither groups
+// nor filters by a dimension they lack.
+func summarizes(q UsageQuery) bool {
+	for _, d := range q.GroupBy {
+		if d == DimKey || d == DimResolution || d == DimStatusClass {
+			return false
+		}
+	}
+	return q.Filter.KeyID == "" && q.Filter.Resolution == ""
+}
+
 func (t *sqlTx) AddUsageRollups(ctx context.Context, g Granularity, rows []UsageRollup) error {
+	if err := t.upsertRollups(ctx, g.table(false), rows); err != nil {
+		return err
+	}
+	return t.upsertRollups(ctx, g.table(true), summarize(rows))
+}
+
+func (t *sqlTx) upsertRollups(ctx context.Context, table string, rows []UsageRollup) error {
 	args := make([]any, 0, min(len(rows), rollupChunk)*rollupNCols)
 	for start := 0; start < len(rows); start += rollupChunk {
 		chunk := rows[start:min(start+rollupChunk, len(rows))]
 		var q strings.Builder
-		q.WriteString(`INSERT INTO ` + g.table() + ` (` + rollupCols + `) VALUES `)
+		q.WriteString(`INSERT INTO ` + table + ` (` + rollupCols + `) VALUES `)
 		t.placeholders(&q, len(chunk), rollupNCols)
 		q.WriteString(` ON CONFLICT (bucket, application, provider, route, model, key_id, resolution, status_class) DO UPDATE SET `)
 		for i, c := range []string{"requests", "prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens",
@@ -302,7 +363,7 @@ func (t *sqlTx) AddUsageRollups(ctx context.Context, g Granularity, rows []Usage
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString(c + " = " + g.table() + "." + c + " + excluded." + c)
+			q.WriteString(c + " = " + table + "." + c + " + excluded." + c)
 		}
 		args = args[:0]
 		for _, r := range chunk {
@@ -351,7 +412,7 @@ func (t *sqlTx) QueryUsage(ctx context.Context, q UsageQuery) ([]UsageRollup, er
 		}
 	}
 	sel.WriteString(`, SUM(requests), SUM(prompt_tokens), SUM(cached_tokens), SUM(cache_write_tokens),
-		SUM(completion_tokens), SUM(reasoning_tokens), SUM(cost_micro_usd), SUM(latency_us) FROM ` + q.Granularity.table() +
+		SUM(completion_tokens), SUM(reasoning_tokens), SUM(cost_micro_usd), SUM(latency_us) FROM ` + q.Granularity.table(summarizes(q)) +
 		` WHERE bucket >= $1 AND bucket < $2`)
 	args := filterSQL(&sel, []any{us(q.From), us(q.To)}, q.Filter, "model")
 	sel.WriteString(" GROUP BY " + group.String() + " ORDER BY " + group.String())

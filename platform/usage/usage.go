@@ -337,11 +337,7 @@ func Rollups(recs []store.UsageRecord, g store.Granularity) []store.UsageRollup 
 	for _, row := range sums {
 		out = append(out, *row)
 	}
-	slices.SortFunc(out, func(a, b store.UsageRollup) int {
-		return cmp.Or(a.Bucket.Compare(b.Bucket), cmp.Compare(a.Application, b.Application), cmp.Compare(a.Provider, b.Provider),
-			cmp.Compare(a.Route, b.Route), cmp.Compare(a.Model, b.Model), cmp.Compare(a.KeyID, b.KeyID),
-			cmp.Compare(a.Resolution, b.Resolution), cmp.Compare(a.StatusClass, b.StatusClass))
-	})
+	slices.SortFunc(out, store.CompareRollups)
 	return out
 }
 

@@ -80,7 +80,52 @@ CREATE TABLE usage_daily (
     PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
 );
 
+-- The summaries: the same without the key, resolution and status class
+-- (those columns are '' and 0), kept with the tables above in one
+-- transaction; queries that need none of the three read them.
+CREATE TABLE usage_hourly_summary (
+    bucket             BIGINT NOT NULL,
+    requests           BIGINT NOT NULL,
+    prompt_tokens      BIGINT NOT NULL,
+    cached_tokens      BIGINT NOT NULL,
+    cache_write_tokens BIGINT NOT NULL,
+    completion_tokens  BIGINT NOT NULL,
+    reasoning_tokens   BIGINT NOT NULL,
+    cost_micro_usd     BIGINT NOT NULL,
+    latency_us         BIGINT NOT NULL,
+    status_class       INTEGER NOT NULL,
+    application        TEXT NOT NULL,
+    provider           TEXT NOT NULL,
+    route              TEXT NOT NULL,
+    model              TEXT NOT NULL,
+    key_id             TEXT NOT NULL,
+    resolution         TEXT NOT NULL,
+    PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
+);
+
+CREATE TABLE usage_daily_summary (
+    bucket             BIGINT NOT NULL,
+    requests           BIGINT NOT NULL,
+    prompt_tokens      BIGINT NOT NULL,
+    cached_tokens      BIGINT NOT NULL,
+    cache_write_tokens BIGINT NOT NULL,
+    completion_tokens  BIGINT NOT NULL,
+    reasoning_tokens   BIGINT NOT NULL,
+    cost_micro_usd     BIGINT NOT NULL,
+    latency_us         BIGINT NOT NULL,
+    status_class       INTEGER NOT NULL,
+    application        TEXT NOT NULL,
+    provider           TEXT NOT NULL,
+    route              TEXT NOT NULL,
+    model              TEXT NOT NULL,
+    key_id             TEXT NOT NULL,
+    resolution         TEXT NOT NULL,
+    PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
+);
+
 -- +goose Down
+DROP TABLE usage_daily_summary;
+DROP TABLE usage_hourly_summary;
 DROP TABLE usage_daily;
 DROP TABLE usage_hourly;
 DROP TABLE usage_records;

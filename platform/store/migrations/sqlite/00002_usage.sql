@@ -77,7 +77,52 @@ CREATE TABLE usage_daily (
     PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
 ) WITHOUT ROWID;
 
+-- The summaries: the same without the key, resolution and status class
+-- (those columns are '' and 0), kept with the tables above in one
+-- transaction; queries that need none of the three read them.
+CREATE TABLE usage_hourly_summary (
+    bucket             INTEGER NOT NULL,
+    application        TEXT NOT NULL,
+    provider           TEXT NOT NULL,
+    route              TEXT NOT NULL,
+    model              TEXT NOT NULL,
+    key_id             TEXT NOT NULL,
+    resolution         TEXT NOT NULL,
+    status_class       INTEGER NOT NULL,
+    requests           INTEGER NOT NULL,
+    prompt_tokens      INTEGER NOT NULL,
+    cached_tokens      INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    completion_tokens  INTEGER NOT NULL,
+    reasoning_tokens   INTEGER NOT NULL,
+    cost_micro_usd     INTEGER NOT NULL,
+    latency_us         INTEGER NOT NULL,
+    PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
+) WITHOUT ROWID;
+
+CREATE TABLE usage_daily_summary (
+    bucket             INTEGER NOT NULL,
+    application        TEXT NOT NULL,
+    provider           TEXT NOT NULL,
+    route              TEXT NOT NULL,
+    model              TEXT NOT NULL,
+    key_id             TEXT NOT NULL,
+    resolution         TEXT NOT NULL,
+    status_class       INTEGER NOT NULL,
+    requests           INTEGER NOT NULL,
+    prompt_tokens      INTEGER NOT NULL,
+    cached_tokens      INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    completion_tokens  INTEGER NOT NULL,
+    reasoning_tokens   INTEGER NOT NULL,
+    cost_micro_usd     INTEGER NOT NULL,
+    latency_us         INTEGER NOT NULL,
+    PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
+) WITHOUT ROWID;
+
 -- +goose Down
+DROP TABLE usage_daily_summary;
+DROP TABLE usage_hourly_summary;
 DROP TABLE usage_daily;
 DROP TABLE usage_hourly;
 DROP TABLE usage_records;
