@@ -87,14 +87,17 @@ func wantCSV(c echo.Context, format *Format) bool {
 	return false
 }
 
-func usageFilter(application, provider, route, model, key *string, resolution *Resolution) store.UsageFilter {
-	str := func(p *string) string {
-		if p == nil {
-			return ""
-		}
-		return *p
+// deref is *p, "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
 	}
-	f := store.UsageFilter{Application: str(application), Provider: str(provider), Route: str(route), Model: str(model), KeyID: str(key)}
+	return *p
+}
+
+func usageFilter(application, provider, route, model, key *string, resolution *Resolution) store.UsageFilter {
+	f := store.UsageFilter{Application: deref(application), Provider: deref(provider), Route: deref(route),
+		Model: deref(model), KeyID: deref(key)}
 	if resolution != nil {
 		f.Resolution = string(*resolution)
 	}
@@ -232,12 +235,7 @@ func writeUsageCSV(c echo.Context, rep UsageReport) error {
 	header = append(header, "requests", "promptTokens", "cachedTokens", "cacheWriteTokens", "completionTokens",
 		"reasoningTokens", "totalTokens", "costMicroUsd", "meanLatencyUs")
 	_ = w.Write(header)
-	str := func(p *string) string {
-		if p == nil {
-			return ""
-		}
-		return csvCell(*p)
-	}
+	str := func(p *string) string { return csvCell(deref(p)) }
 	for _, r := range rep.Rows {
 		line := []string{r.Start.UTC().Format(time.RFC3339)}
 		for _, d := range rep.GroupBy {

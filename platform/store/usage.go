@@ -416,22 +416,31 @@ func (t *sqlTx) QueryUsage(ctx context.Context, q UsageQuery) ([]UsageRollup, er
 		` WHERE bucket >= $1 AND bucket < $2`)
 	args := filterSQL(&sel, []any{us(q.From), us(q.To)}, q.Filter, "model")
 	sel.WriteString(" GROUP BY " + group.String() + " ORDER BY " + group.String())
-	rows, err := t.tx.QueryContext(ctx, sel.String(), args...)
+	return queryAll(ctx, t, func(rows *sql.Rows) (UsageRollup, error) {
+		var r UsageRollup
+		var bucket, class int64
+		err := rows.Scan(&bucket, &r.Application, &r.Provider, &r.Route, &r.Model, &r.KeyID, &r.Resolution, &class,
+			&r.Requests, &r.PromptTokens, &r.CachedTokens, &r.CacheWriteTokens, &r.CompletionTokens, &r.ReasoningTokens,
+			&r.CostMicroUSD, &r.LatencyMicros)
+		r.Bucket, r.StatusClass = fromUS(bucket), int(class)
+		return r, err
+	}, sel.String(), args...)
+}
+
+// queryAll runs a query and returns every row, read with scan.
+func queryAll[T any](ctx context.Context, t *sqlTx, scan func(*sql.Rows) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := t.tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, scanErr(err)
 	}
 	defer rows.Close()
-	var out []UsageRollup
+	var out []T
 	for rows.Next() {
-		var r UsageRollup
-		var bucket, class int64
-		if err := rows.Scan(&bucket, &r.Application, &r.Provider, &r.Route, &r.Model, &r.KeyID, &r.Resolution, &class,
-			&r.Requests, &r.PromptTokens, &r.CachedTokens, &r.CacheWriteTokens, &r.CompletionTokens, &r.ReasoningTokens,
-			&r.CostMicroUSD, &r.LatencyMicros); err != nil {
+		v, err := scan(rows)
+		if err != nil {
 			return nil, scanErr(err)
 		}
-		r.Bucket, r.StatusClass = fromUS(bucket), int(class)
-		out = append(out, r)
+		out = append(out, v)
 	}
 	return out, scanRowsErr(rows)
 }
@@ -457,20 +466,7 @@ func (t *sqlTx) ListUsageRecords(ctx context.Context, q RecordQuery) ([]UsageRec
 	args = filterSQL(&b, args, q.Filter, "requested_model")
 	args = append(args, q.Limit)
 	b.WriteString(" ORDER BY ts DESC, id DESC LIMIT $" + strconv.Itoa(len(args)))
-	rows, err := t.tx.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, scanErr(err)
-	}
-	defer rows.Close()
-	var out []UsageRecord
-	for rows.Next() {
-		r, err := scanUsageRecord(rows)
-		if err != nil {
-			return nil, scanErr(err)
-		}
-		out = append(out, r)
-	}
-	return out, scanRowsErr(rows)
+	return queryAll(ctx, t, scanUsageRecord, b.String(), args...)
 }
 
 // --- maintenance of the raw table (Store methods: DDL and batched deletes
@@ -580,21 +576,10 @@ func (s *sqlStore) dropPartitionsBefore(ctx context.Context, cutoff time.Time) (
 
 // usagePartitions lists the partitions of usage_records (PostgreSQL).
 func (t *sqlTx) usagePartitions(ctx context.Context) ([]string, error) {
-	rows, err := t.tx.QueryContext(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	return queryAll(ctx, t, func(rows *sql.Rows) (name string, err error) {
+		return name, rows.Scan(&name)
+	}, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'usage_records'::regclass ORDER BY c.relname`)
-	if err != nil {
-		return nil, scanErr(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return nil, scanErr(err)
-		}
-		out = append(out, name)
-	}
-	return out, scanRowsErr(rows)
 }
 
 // UsageDeletion is what DeleteUsageBefore removed.

@@ -8,33 +8,15 @@ import (
 	"time"
 
 	"sluice/meter"
+	"sluice/meter/metertest"
 )
 
-// Record returns a settled chat completion of gateway gw received at ts.
+// Record returns metertest's settled record with the given id, time and
+// gateway.
 func Record(id string, ts time.Time, gw string) meter.Record {
-	return meter.Record{
-		ID:               id,
-		Time:             ts,
-		GatewayID:        gw,
-		Route:            "openai",
-		Provider:         "openai",
-		Application:      "app-a",
-		KeyID:            "key-a1",
-		RequestedModel:   "gpt-5-mini",
-		ServedModel:      "gpt-5-mini-2025-08-07",
-		PromptTokens:     1200,
-		CachedTokens:     1024,
-		CompletionTokens: 350,
-		ReasoningTokens:  128,
-		UsageSource:      meter.UsageProvider,
-		CostMicroUSD:     1234,
-		PriceVersion:     "2026-11-30",
-		Resolution:       meter.Settled,
-		Status:           200,
-		LatencyMicros:    1_250_000,
-		TTFTMicros:       310_000,
-		Attempts:         1,
-	}
+	r := *metertest.Record(id)
+	r.Time, r.GatewayID = ts, gw
+	return r
 }
 
 // Shape is the population Random draws from.
