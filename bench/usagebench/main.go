@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -65,7 +66,19 @@ func main() {
 	flag.IntVar(&o.models, "models", 4, "models per provider")
 	flag.IntVar(&o.generateBatch, "generate-batch", 5000, "generate: records per transaction")
 	flag.IntVar(&o.queryRepeat, "repeat", 20, "query: runs of each query")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "usagebench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	switch flag.Arg(0) {
 	case "ingest":
@@ -80,6 +93,7 @@ func main() {
 		err = errors.New("usage: usagebench [flags] ingest|generate|query|size")
 	}
 	if err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "usagebench:", err)
 		os.Exit(1)
 	}
