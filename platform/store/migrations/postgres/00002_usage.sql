@@ -39,7 +39,10 @@ CREATE TABLE usage_records (
 CREATE INDEX usage_records_application ON usage_records (application, ts);
 
 -- bucket is the start of the hour or UTC day; status_class is status/100
--- (0: no status sent).
+-- (0: no status sent). Every ingest adds to rows in place: half of each page
+-- is left free so that the update stays in its page (HOT: no new index
+-- entry, the old version pruned without waiting for vacuum), which keeps a
+-- daily row updated a hundred times a day from bloating the table.
 CREATE TABLE usage_hourly (
     bucket             BIGINT NOT NULL,
     requests           BIGINT NOT NULL,
@@ -58,7 +61,7 @@ CREATE TABLE usage_hourly (
     key_id             TEXT NOT NULL,
     resolution         TEXT NOT NULL,
     PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
-);
+) WITH (fillfactor = 50);
 
 CREATE TABLE usage_daily (
     bucket             BIGINT NOT NULL,
@@ -78,7 +81,7 @@ CREATE TABLE usage_daily (
     key_id             TEXT NOT NULL,
     resolution         TEXT NOT NULL,
     PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
-);
+) WITH (fillfactor = 50);
 
 -- The summaries: the same without the key, resolution and status class
 -- (those columns are '' and 0), kept with the tables above in one
@@ -101,7 +104,7 @@ CREATE TABLE usage_hourly_summary (
     key_id             TEXT NOT NULL,
     resolution         TEXT NOT NULL,
     PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
-);
+) WITH (fillfactor = 50);
 
 CREATE TABLE usage_daily_summary (
     bucket             BIGINT NOT NULL,
@@ -121,7 +124,7 @@ CREATE TABLE usage_daily_summary (
     key_id             TEXT NOT NULL,
     resolution         TEXT NOT NULL,
     PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
-);
+) WITH (fillfactor = 50);
 
 -- +goose Down
 DROP TABLE usage_daily_summary;
