@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/csv"
 	"errors"
@@ -141,11 +142,8 @@ func (s *Server) GetUsage(c echo.Context, p GetUsageParams) error {
 	for _, d := range groupBy {
 		q.GroupBy = append(q.GroupBy, store.UsageDim(d))
 	}
-	var rows []store.UsageRollup
-	if err := s.store.Read(ctx, func(tx store.Tx) (err error) {
-		rows, err = tx.QueryUsage(ctx, q)
-		return err
-	}); err != nil {
+	rows, err := read(ctx, s.store, func(tx store.Tx) ([]store.UsageRollup, error) { return tx.QueryUsage(ctx, q) })
+	if err != nil {
 		return err
 	}
 	out := UsageReport{From: from, To: to, Bucket: UsageReportBucket(g), GroupBy: groupBy, Rows: make([]UsageRow, 0, len(rows))}
@@ -266,6 +264,16 @@ func writeUsageCSV(c echo.Context, rep UsageReport) error {
 	return w.Error()
 }
 
+// read returns what fn reads in one read transaction.
+func read[T any](ctx context.Context, st store.Store, fn func(store.Tx) (T, error)) (T, error) {
+	var out T
+	err := st.Read(ctx, func(tx store.Tx) (err error) {
+		out, err = fn(tx)
+		return err
+	})
+	return out, err
+}
+
 // --- records
 
 // A cursor is the last record's (ts, id), opaque to clients.
@@ -314,11 +322,8 @@ func (s *Server) ListUsageRecords(c echo.Context, p ListUsageRecordsParams) erro
 	}
 	want := q.Limit
 	q.Limit++
-	var recs []store.UsageRecord
-	if err := s.store.Read(ctx, func(tx store.Tx) (err error) {
-		recs, err = tx.ListUsageRecords(ctx, q)
-		return err
-	}); err != nil {
+	recs, err := read(ctx, s.store, func(tx store.Tx) ([]store.UsageRecord, error) { return tx.ListUsageRecords(ctx, q) })
+	if err != nil {
 		return err
 	}
 	out := UsageRecordPage{Records: make([]UsageRecord, 0, min(len(recs), want))}
@@ -378,11 +383,7 @@ func (s *Server) streamRecordsCSV(c echo.Context, q store.RecordQuery) error {
 	_ = w.Write(recordCSVHeader())
 	var line []string
 	for {
-		var recs []store.UsageRecord
-		err := s.store.Read(ctx, func(tx store.Tx) (err error) {
-			recs, err = tx.ListUsageRecords(ctx, q)
-			return err
-		})
+		recs, err := read(ctx, s.store, func(tx store.Tx) ([]store.UsageRecord, error) { return tx.ListUsageRecords(ctx, q) })
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Error("usage CSV export failed", "error", err)
