@@ -26,9 +26,10 @@ import (
 	"sync"
 	"time"
 
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/gateway"
 	"sluice/gateway/pull"
-	"sluice/platform/deploymentdoc"
 	"sluice/platform/generate"
 	"sluice/policies"
 	"sluice/policies/builtin"
@@ -422,12 +423,12 @@ func loadDeployment(apps, providers int) error {
 		id := fmt.Sprintf("prv-%04d", i)
 		ids = append(ids, id)
 		s.Providers = append(s.Providers, generate.Provider{ID: id, Name: fmt.Sprintf("provider-%d", i), Type: "openai",
-			URL: "http://127.0.0.1:9000", Auth: &deploymentdoc.Auth{Header: "Authorization", Value: "Bearer sk-upstream"}, RateLimits: rl,
+			URL: "http://127.0.0.1:9000", Auth: &deployment.Auth{Header: "Authorization", Value: "Bearer sk-upstream"}, RateLimits: rl,
 			Guardrails: []generate.Guardrail{{ID: "g", Name: "model-access", Version: "v1", Params: map[string]any{"allow": []any{"gpt-4o*"}}}}})
 	}
 	for i := range apps {
 		s.Applications = append(s.Applications, generate.Application{ID: fmt.Sprintf("app-%05d", i), Name: fmt.Sprintf("application %d", i),
-			Providers: ids, Keys: []generate.Key{{ID: fmt.Sprintf("key-%05d", i), Hash: deploymentdoc.HashKey(fmt.Sprintf("k%d", i))}}})
+			Providers: ids, Keys: []generate.Key{{ID: fmt.Sprintf("key-%05d", i), Hash: deployment.HashKey(fmt.Sprintf("k%d", i))}}})
 	}
 	t0 := time.Now()
 	res, err := generate.Generate(s)
@@ -435,7 +436,7 @@ func loadDeployment(apps, providers int) error {
 		return err
 	}
 	t1 := time.Now()
-	y, err := deploymentdoc.Loadable(res.Deployment)
+	y, err := yamlfile.Loadable(res.Deployment)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/policies/ratelimit/store"
 	"sluice/policies/ratelimit/store/memstore"
 	"sluice/policies/ratelimit/store/redisstore"
@@ -47,7 +47,7 @@ type Options struct {
 // store connects lazily, so New succeeds while Redis is down (its failure
 // mode then applies per call); it fails on a configuration it cannot use.
 // The caller owns the store and must Close it.
-func New(c config.Counters, opts Options) (store.Store, error) {
+func New(c deployment.Counters, opts Options) (store.Store, error) {
 	switch c.Backend {
 	case "", Memory:
 		return memstore.New(memstore.Options{Now: opts.Now}), nil
@@ -65,7 +65,7 @@ func New(c config.Counters, opts Options) (store.Store, error) {
 
 // Equal reports whether a and b select the same store with the same settings.
 // An empty backend equals "memory"; the redis section is ignored for memory.
-func Equal(a, b config.Counters) bool {
+func Equal(a, b deployment.Counters) bool {
 	if backend(a) != backend(b) {
 		return false
 	}
@@ -73,7 +73,7 @@ func Equal(a, b config.Counters) bool {
 		return true
 	}
 	x, y := a.Redis, b.Redis
-	// reflect, not a field list, so a field added to config.Redis later is
+	// reflect, not a field list, so a field added to deployment.Redis later is
 	// compared too. nil and empty addrs mean the same.
 	if len(x.Addrs) == 0 && len(y.Addrs) == 0 {
 		x.Addrs, y.Addrs = nil, nil
@@ -81,7 +81,7 @@ func Equal(a, b config.Counters) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-func backend(c config.Counters) string {
+func backend(c deployment.Counters) string {
 	if c.Backend == "" {
 		return Memory
 	}
@@ -91,7 +91,7 @@ func backend(c config.Counters) string {
 // Describe is the store c selects, as log attributes without credentials:
 // the backend and, for redis, the address(es) (a URL without its user
 // information), cluster mode, key prefix and failure mode.
-func Describe(c config.Counters) []any {
+func Describe(c deployment.Counters) []any {
 	if backend(c) == Memory {
 		return []any{"backend", Memory, "scope", "this process only"}
 	}

@@ -3,13 +3,13 @@ package redisstore
 import (
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 )
 
 // OptionsFromConfig maps the deployment's counters.redis section to Options.
 // The gateway adds the services (Logger, Metrics, Now). Package config does
 // not import this package, so the mapping lives here without a cycle.
-func OptionsFromConfig(c config.Redis) Options {
+func OptionsFromConfig(c deployment.Redis) Options {
 	return Options{
 		URL:          c.URL,
 		Addrs:        c.Addrs,

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/internal/redistest"
 	"sluice/policies/ratelimit/store"
 	"sluice/policies/ratelimit/store/storetest"
@@ -574,10 +574,10 @@ func TestNewValidation(t *testing.T) {
 }
 
 func TestOptionsFromConfig(t *testing.T) {
-	c := config.Redis{
+	c := deployment.Redis{
 		URL: "redis://h:1/2", Cluster: true, Username: "u", Password: "p", TLS: true, KeyPrefix: "x:", FailureMode: "closed",
-		DialTimeout: config.Duration(time.Second), ReadTimeout: config.Duration(2 * time.Second),
-		WriteTimeout: config.Duration(3 * time.Second), PoolSize: 7,
+		DialTimeout: deployment.Duration(time.Second), ReadTimeout: deployment.Duration(2 * time.Second),
+		WriteTimeout: deployment.Duration(3 * time.Second), PoolSize: 7,
 	}
 	got := OptionsFromConfig(c)
 	want := Options{URL: "redis://h:1/2", Cluster: true, Username: "u", Password: "p", TLS: true, KeyPrefix: "x:", FailureMode: "closed",
