@@ -3,7 +3,6 @@ package policies
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -290,27 +289,32 @@ func pointerPath(ptr string) []string {
 }
 
 // decodeErrors lists mapstructure's problems: each *mapstructure.DecodeError
-// of err at its field name ("a[0].b"), and each unused (unknown) key.
+// in err's tree at its field name ("a[0].b"), and each unused (unknown) key
+// of its metadata. mapstructure records a struct's unused keys only when its
+// values decoded; the schema, which rejects unknown keys of every params
+// struct (additionalProperties: false) but those with a custom schema, has
+// reported them before.
 func decodeErrors(err error, unused []string) ParamErrors {
 	var out ParamErrors
 	var walk func(error)
 	walk = func(err error) {
-		var de *mapstructure.DecodeError
+		if de, ok := err.(*mapstructure.DecodeError); ok {
+			msg := de.Error()
+			if inner := de.Unwrap(); inner != nil {
+				msg = inner.Error()
+			}
+			out = append(out, &ParamError{Path: fieldPath(de.Name()), Message: msg})
+			return
+		}
 		switch x := err.(type) {
 		case nil:
 		case interface{ Unwrap() []error }:
 			for _, e := range x.Unwrap() {
 				walk(e)
 			}
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap())
 		default:
-			if errors.As(err, &de) {
-				msg := de.Error()
-				if inner := de.Unwrap(); inner != nil {
-					msg = inner.Error()
-				}
-				out = append(out, &ParamError{Path: fieldPath(de.Name()), Message: msg})
-				return
-			}
 			out = append(out, &ParamError{Message: err.Error()})
 		}
 	}

@@ -32,36 +32,50 @@ upstream with the demo key sk-sluice-demo, or, when OPENAI_API_KEY is set,
 against api.openai.com (or OPENAI_BASE_URL) with a key generated at start and
 printed once on stderr.`
 
+// gatewayFlags are the flags of `sluice gateway`.
+type gatewayFlags struct {
+	config, listen, metricsListen, logFormat, logLevel, pricing string
+	watchEvery                                                  time.Duration
+	platform                                                    *gatewayPlatform
+}
+
 func cmdGateway(args []string, stdout, stderr io.Writer) int {
+	var f gatewayFlags
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "deployment file (default: the embedded demo deployment)")
-	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
-	metricsListen := fs.String("metrics-listen", "", "serve /metrics only on this address, not on --listen")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	pricingFile := fs.String("pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
-	watchEvery := fs.Duration("watch-interval", 2*time.Second, "how often to check the config file for changes")
-	pf := platformFlags(fs)
+	fs.StringVar(&f.config, "config", "", "deployment file (default: the embedded demo deployment)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics only on this address, not on --listen")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.pricing, "pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
+	fs.DurationVar(&f.watchEvery, "watch-interval", 2*time.Second, "how often to check the config file for changes")
+	f.platform = platformFlags(fs)
 	if code, ok := parseFlags(fs, gatewaySynopsis, args, stdout, stderr); !ok {
 		return code
 	}
-	logger, err := newLogger(stderr, *logFormat, *logLevel)
+	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 2
 	}
 	logger.Info("sluice gateway starting", "version", buildVersion())
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if pf.url != "" {
-		return pf.run(ctx, *cfgPath, *listen, *pricingFile, logger, stdout, stderr)
+	if f.platform.url != "" {
+		return f.platform.run(ctx, f.config, f.listen, f.pricing, logger, stdout, stderr)
 	}
+	return f.serveFile(ctx, logger, stdout, stderr)
+}
+
+// serveFile serves the deployment file (or the demo deployment) until ctx
+// is done, reloading it when it changes and on SIGHUP. It returns the exit
+// code.
+func (f gatewayFlags) serveFile(ctx context.Context, logger *slog.Logger, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
 	}
-	load, demoKey, err := deploymentSource(*cfgPath)
+	load, demoKey, err := deploymentSource(f.config)
 	if err != nil {
 		return fail(err)
 	}
@@ -69,44 +83,25 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if stopMock, err := announceDemo(d, *cfgPath, demoKey, logger, stderr); err != nil {
+	stopMock, err := announceDemo(d, f.config, demoKey, logger, stderr)
+	if err != nil {
 		return fail(fmt.Errorf("starting the mock upstream: %w", err))
-	} else if stopMock != nil {
-		defer stopMock()
 	}
+	defer stopMock()
 	gw, err := app.NewGateway(d, app.GatewayOptions{
-		Services:        app.Services{Logger: logger, PricingFile: *pricingFile},
-		SeparateMetrics: *metricsListen != "",
+		Services:        app.Services{Logger: logger, PricingFile: f.pricing},
+		SeparateMetrics: f.metricsListen != "",
 	})
 	if err != nil {
 		return fail(err)
 	}
 	defer gw.Close()
 	logRoutes(logger, d)
-	reload := func(why string) {
-		logger.Info("reloading configuration", "trigger", why)
-		if gw.Reload(load) == nil {
-			logger.Info("configuration applied")
-		}
-	}
-
-	// SIGHUP and the file watcher are set up before the gateway says it
-	// listens: a SIGHUP that came earlier would end the process (its default
-	// action), and a file written earlier would be the watcher's baseline,
-	// its change never seen.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for range hup {
-			reload("SIGHUP")
-		}
-	}()
-	if *cfgPath != "" {
-		filesource.Watch(ctx, *cfgPath, *watchEvery, func() { reload("file changed") })
-	}
-
-	ln, mln, err := listeners(*listen, *metricsListen)
+	// Reloads are set up before the gateway says it listens: a SIGHUP that
+	// came earlier would end the process (its default action), and a file
+	// written earlier would be the watcher's baseline, its change never seen.
+	defer reloadOnSignalAndChange(ctx, gw, load, f.config, f.watchEvery, logger)()
+	ln, mln, err := listeners(f.listen, f.metricsListen)
 	if err != nil {
 		return fail(err)
 	}
@@ -115,13 +110,37 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 			"token", d.Server.MetricsToken != "")
 	}
 	logger.Info("gateway listening", "addr", ln.Addr().String(), "config", d.Source, "routes", len(d.Routes),
-		"metrics", metricsWhere(*metricsListen, d.Server.MetricsToken != ""))
+		"metrics", metricsWhere(f.metricsListen, d.Server.MetricsToken != ""))
 	fmt.Fprintf(stdout, "sluice gateway listening on http://%s\n", ln.Addr())
 	if err := gw.Run(ctx, ln, mln); err != nil {
 		logger.Error("server stopped", "error", err)
 		return 1
 	}
 	return 0
+}
+
+// reloadOnSignalAndChange reloads gw with load on SIGHUP and, when path is
+// set, when the file's content changes (polled every watchEvery), until ctx
+// is done. It returns the function that stops the SIGHUP handling.
+func reloadOnSignalAndChange(ctx context.Context, gw *app.Gateway, load func() (*deployment.Deployment, error),
+	path string, watchEvery time.Duration, logger *slog.Logger) (stop func()) {
+	reload := func(why string) {
+		logger.Info("reloading configuration", "trigger", why)
+		if gw.Reload(load) == nil {
+			logger.Info("configuration applied")
+		}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			reload("SIGHUP")
+		}
+	}()
+	if path != "" {
+		filesource.Watch(ctx, path, watchEvery, func() { reload("file changed") })
+	}
+	return func() { signal.Stop(hup) }
 }
 
 // listeners opens the proxy listener and, when metricsListen is set, the
@@ -142,9 +161,10 @@ func listeners(listen, metricsListen string) (ln, mln net.Listener, err error) {
 // announceDemo tells the operator about the demo deployment: with a real
 // provider key, the key generated for this run (printed once, on stderr,
 // never logged: it is a credential); without one, it starts the mock
-// upstream the demo points at and returns its stop function. A deployment
-// file is not the demo: nothing to do.
+// upstream the demo points at. A deployment file is not the demo. stop
+// stops what was started (nothing, but for the mock).
 func announceDemo(d *deployment.Deployment, cfgPath, demoKey string, logger *slog.Logger, stderr io.Writer) (stop func(), err error) {
+	stop = func() {}
 	switch {
 	case demoKey != "":
 		fmt.Fprintf(stderr, "\n%s is set: the demo deployment sends requests to %s with it, so the public demo key %s is disabled.\n"+
@@ -155,7 +175,7 @@ func announceDemo(d *deployment.Deployment, cfgPath, demoKey string, logger *slo
 	case cfgPath == "":
 		return startMock(logger)
 	}
-	return nil, nil
+	return stop, nil
 }
 
 // metricsWhere says where /metrics is served, for the startup log.

@@ -151,6 +151,19 @@ func TestErrorsNameFileLineAndField(t *testing.T) {
 			want: "19:25 routes[0].policies[1].params.totalTokenLimits[0].duration", msg: `invalid duration "1x"`,
 		},
 		{
+			// "0s" matches the schema's pattern: the decoder's duration
+			// hook refuses it (a mapstructure error, mapped by its field
+			// name).
+			name: "zero duration in params",
+			src: header + `      - name: fake-limit
+        params:
+          totalTokenLimits:
+            - count: 10
+              duration: 0s
+`,
+			want: "19:25 routes[0].policies[1].params.totalTokenLimits[0].duration", msg: `invalid duration "0s": must be positive`,
+		},
+		{
 			name: "param error raised by the constructor",
 			src:  header + "      - name: fake-broken\n",
 			want: "15:9 routes[0].policies[1].params.totalTokenLimits", msg: "at least one limit",
