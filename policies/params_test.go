@@ -33,7 +33,9 @@ func (nopPolicy) OnRequest(*policies.Call) *gwerror.Error { return nil }
 // keys (at any depth) as UnknownParam.
 func TestDecodeErrorsTyped(t *testing.T) {
 	def := policies.Define("loose", "v1", "a permissive schema",
-		func(*looseParams, policies.RouteInfo, *policies.Services) (policies.Policy, error) { return nopPolicy{}, nil })
+		func(*looseParams, policies.RouteInfo, *policies.Services) (policies.Policy, error) {
+			return nopPolicy{}, nil
+		})
 	reg := policies.NewRegistry(def)
 	d, _ := reg.Lookup("loose", "v1")
 	type got struct {
