@@ -10,9 +10,8 @@
 // params (policies.Registry.BuildRoute).
 //
 // Packages below gateway/ are its deployment sources (filesource, pull). The
-// gateway imports the document, the policies and the leaves; never the
-// platform, and nothing imports it but the wiring (internal/app) and its
-// deployment sources' users.
+// gateway imports the document, the policies and the leaves, never the
+// platform; the wiring (internal/app) assembles it.
 package gateway
 
 import (
