@@ -299,10 +299,9 @@ func recDeployment(targets []string, retries int, chain ...deployment.PolicyEntr
 	})
 }
 
-// prepared is d as a gateway is handed a document: its defaults filled, and
-// validated (a test document that does not validate is a bug of the test).
+// prepared is d as a gateway is handed a document: validated (a test
+// document that does not validate is a bug of the test).
 func prepared(d *deployment.Deployment) *deployment.Deployment {
-	deployment.ApplyDefaults(d)
 	if err := deployment.Validate(d); err != nil {
 		panic(err)
 	}

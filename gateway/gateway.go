@@ -343,9 +343,12 @@ func (g *Gateway) ShutdownGrace() time.Duration {
 func (g *Gateway) Ready() bool { return g.snap.Load() != nil }
 
 // Apply builds a snapshot from d (providers, key index, chains) and swaps it in
-// atomically. d must have had its defaults applied and passed
-// deployment.Validate (yamlfile does both). On error the current snapshot stays in place. Requests in flight
-// finish on the snapshot they started with.
+// atomically. d must have passed deployment.Validate (yamlfile validates what
+// it reads): the gateway does not check again what Validate checks. Apply
+// fills d's empty fields with the document's defaults
+// (deployment.ApplyDefaults: nothing to do for what yamlfile read). On error
+// the current snapshot stays in place. Requests in flight finish on the
+// snapshot they started with.
 func (g *Gateway) Apply(d *deployment.Deployment) error {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()

@@ -52,13 +52,13 @@ type provider struct {
 	forward headerSet
 }
 
-// buildSnapshot builds a snapshot of d, which must have had its defaults
-// applied and passed deployment.Validate (yamlfile does both): the gateway
+// buildSnapshot builds a snapshot of d, which passed deployment.Validate: it
 // does not check again what Validate checked.
 func (g *Gateway) buildSnapshot(d *deployment.Deployment) (*snapshot, error) {
 	if d == nil {
 		return nil, fmt.Errorf("gateway: nil deployment")
 	}
+	deployment.ApplyDefaults(d)
 	s := &snapshot{
 		maxRequestBytes:   d.Server.MaxRequestBytes,
 		shutdownGrace:     d.Server.ShutdownGrace.D(),
