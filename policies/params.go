@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -234,12 +235,12 @@ func validationErrors(ve *sjs.ValidationError) ParamErrors {
 			switch k := u.Error.Kind.(type) {
 			case *kind.AdditionalProperties:
 				for _, prop := range k.Properties {
-					out = append(out, &ParamError{Path: append(at, prop), Message: "unknown parameter", Kind: UnknownParam})
+					out = append(out, &ParamError{Path: append(slices.Clip(at), prop), Message: "unknown parameter", Kind: UnknownParam})
 				}
 				return
 			case *kind.Required:
 				for _, prop := range k.Missing {
-					out = append(out, &ParamError{Path: append(at, prop), Message: "required parameter", Kind: MissingParam})
+					out = append(out, &ParamError{Path: append(slices.Clip(at), prop), Message: "required parameter", Kind: MissingParam})
 				}
 				return
 			}
