@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/counter/memory"
 	"sluice/deployment/yamlfile"
 	"sluice/internal/app"
-	"sluice/policies/ratelimit/store/memstore"
 	"sluice/tokencount"
 )
 
@@ -37,7 +37,7 @@ func metricsGateway(t *testing.T, doc string, separate bool) (base, metricsBase 
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := memstore.New(memstore.Options{})
+	st := memory.New(memory.Options{})
 	t.Cleanup(func() { _ = st.Close() })
 	gw, err := app.NewGateway(d, app.GatewayOptions{
 		Services: app.Services{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: prometheus.NewRegistry(),

@@ -23,12 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"sluice/counter"
+	"sluice/counter/counterconfig"
 	"sluice/deployment"
 	"sluice/gateway"
-	"sluice/gateway/counters"
 	"sluice/policies"
 	"sluice/policies/builtin"
-	"sluice/policies/ratelimit/store"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -45,9 +45,9 @@ type Services struct {
 	// Now is the clock of the policies and the memory store (nil: time.Now).
 	Now func() time.Time
 	// Counters is the counter store (nil: the store the deployment's
-	// counters section selects, built by the counter factory and owned by
+	// counters section selects, built by counterconfig and owned by
 	// the Gateway, which closes it).
-	Counters store.Store
+	Counters counter.Store
 	// Pricing is the price catalog (nil: the embedded table, plus
 	// PricingFile when set).
 	Pricing     *pricing.Catalog
@@ -149,18 +149,18 @@ func (g *Gateway) services(d *deployment.Deployment, s *Services) error {
 		s.Tokens.Warm()
 	}
 	if s.Counters == nil {
-		if d.Counters.Backend == counters.Redis {
+		if d.Counters.Backend == counterconfig.Redis {
 			// go-redis logs through a process-wide logger; the wiring
 			// points it at the gateway's when it builds a Redis store.
-			redis.SetLogger(&counters.RedisClientLogger{Logger: s.Logger, Interval: 10 * time.Second})
+			redis.SetLogger(&counterconfig.RedisClientLogger{Logger: s.Logger, Interval: 10 * time.Second})
 		}
-		st, err := counters.New(d.Counters, counters.Options{Logger: s.Logger, Metrics: s.Metrics, Now: s.Now})
+		st, err := counterconfig.New(d.Counters, counterconfig.Options{Logger: s.Logger, Metrics: s.Metrics, Now: s.Now})
 		if err != nil {
 			return err
 		}
 		s.Counters = st
 		g.owned = append(g.owned, st.Close)
-		s.Logger.Info("counter store", counters.Describe(d.Counters)...)
+		s.Logger.Info("counter store", counterconfig.Describe(d.Counters)...)
 	}
 	return nil
 }
@@ -185,7 +185,7 @@ func (g *Gateway) Reload(load func() (*deployment.Deployment, error)) error {
 }
 
 func (g *Gateway) warnCounters(d *deployment.Deployment) {
-	if !counters.Equal(d.Counters, g.running) {
+	if !counterconfig.Equal(d.Counters, g.running) {
 		g.log.Warn("the counters section changed; the counter store is chosen at startup and the running one stays until restart",
 			"running", g.running.Backend, "deployment", d.Counters.Backend)
 	}

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
+	"sluice/counter/memory"
 	"sluice/deployment"
 	"sluice/deployment/yamlfile"
 	"sluice/internal/proctest"
-	"sluice/policies/ratelimit/store"
-	"sluice/policies/ratelimit/store/memstore"
 )
 
 const doc = `apiVersion: sluice/v1
@@ -46,7 +46,7 @@ func parse(t *testing.T, src string) *deployment.Deployment {
 
 // closeCounting is a counter store that counts its Close calls.
 type closeCounting struct {
-	store.Store
+	counter.Store
 	closed int
 }
 
@@ -67,7 +67,7 @@ func TestNewGatewayServices(t *testing.T) {
 	if s.Counters == nil || s.Pricing == nil || s.Tokens == nil || s.Metrics == nil || s.Now == nil {
 		t.Fatalf("services not filled: %+v", s)
 	}
-	if _, ok := s.Counters.(*memstore.Store); !ok {
+	if _, ok := s.Counters.(*memory.Store); !ok {
 		t.Errorf("counters.backend memory gave %T", s.Counters)
 	}
 	if !strings.Contains(logs.String(), `msg="counter store" backend=memory`) {
@@ -80,7 +80,7 @@ func TestNewGatewayServices(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	given := &closeCounting{Store: memstore.New(memstore.Options{})}
+	given := &closeCounting{Store: memory.New(memory.Options{})}
 	gw, err = NewGateway(parse(t, doc), GatewayOptions{Services: Services{Counters: given, Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		t.Fatal(err)
