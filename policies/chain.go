@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 
+	"sluice/deployment"
 	"sluice/gwerror"
 	"sluice/sse"
 )
@@ -113,8 +114,8 @@ func (c *Chain) index() {
 	if !filtered {
 		return
 	}
-	c.views = make(map[string][]int, len(Resources))
-	for _, r := range Resources {
+	c.views = make(map[string][]int, len(deployment.ResourceNames))
+	for _, r := range deployment.ResourceNames {
 		c.views[r] = c.attached(r)
 	}
 }
@@ -149,7 +150,7 @@ func (r *Registry) BuildChain(route RouteInfo, specs []EntrySpec, svc *Services,
 		}
 		version := s.Version
 		if version == "" {
-			version = "v1"
+			version = deployment.DefaultPolicyVersion
 		}
 		d, ok := r.Lookup(s.Name, version)
 		if !ok {

@@ -1,7 +1,14 @@
-// Package config loads and validates the deployment document that a gateway
-// serves (DESIGN section 7): providers, applications, routes and their policy
-// chains. Errors name file, line and field.
-package config
+// Package deployment is the deployment document a gateway serves (DESIGN
+// section 7): providers, applications, routes and their policy chains; its
+// defaults, its structural validation with field-path errors
+// ("routes[0].policies[2].params.x"), and API key hashing. The platform
+// produces the document and the gateway applies it; they meet here.
+//
+// It is a leaf: it imports nothing of the gateway, the platform or the
+// policies. Policy params are plain values here; the policies package decodes
+// and checks them (policies.Check). deployment/yamlfile reads and writes the
+// document as YAML with file:line:col positions.
+package deployment
 
 import "time"
 
@@ -17,9 +24,9 @@ type Deployment struct {
 	// Source is the file the document came from ("" when built in memory).
 	Source string `yaml:"-"`
 
-	// positions maps field paths to file positions for error messages; nil
-	// for a document built in memory.
-	positions index
+	// Positions locates field paths in Source for error messages; nil for a
+	// document built in memory. The decoder (yamlfile) fills it.
+	Positions Positions `yaml:"-"`
 }
 
 // Server holds data-plane limits. Zero values take the documented defaults.
@@ -156,6 +163,3 @@ type Resources struct {
 	Include []string `yaml:"include"`
 	Exclude []string `yaml:"exclude"`
 }
-
-// Duration is a YAML duration string ("30s", "1h", "1d").
-type Duration time.Duration

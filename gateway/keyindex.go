@@ -1,4 +1,4 @@
-package config
+package gateway
 
 import (
 	"crypto/sha256"
@@ -6,18 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"sluice/deployment"
 	"sluice/policies"
 )
-
-// KeyHashPrefix starts every configured API key hash.
-const KeyHashPrefix = "sha256:"
-
-// HashKey returns the configured form of an API key: "sha256:" and the hex
-// SHA-256 of the key.
-func HashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return KeyHashPrefix + hex.EncodeToString(sum[:])
-}
 
 // keyIndex is an immutable map from key digests to credentials; safe for
 // concurrent use. now is read only for keys with an expiry.
@@ -46,16 +37,16 @@ func (k keyIndex) Lookup(sum [32]byte) (policies.Credential, bool) {
 // apiKeys (their KeyID is the hash's first 8 hex digits) and keys (KeyID is
 // the key's id; an expired key is refused from its expiresAt on, checked at
 // each lookup with time.Now). Keys that are not well-formed hashes are
-// skipped (Validate reports them); when a hash is listed twice the first
+// skipped (deployment.Validate reports them); when a hash is listed twice the first
 // one keeps it.
-func NewKeyIndex(d *Deployment) policies.KeyIndex { return NewKeyIndexAt(d, time.Now) }
+func NewKeyIndex(d *deployment.Deployment) policies.KeyIndex { return NewKeyIndexAt(d, time.Now) }
 
 // NewKeyIndexAt is NewKeyIndex with the clock that expiries are checked
 // against.
-func NewKeyIndexAt(d *Deployment, now func() time.Time) policies.KeyIndex {
+func NewKeyIndexAt(d *deployment.Deployment, now func() time.Time) policies.KeyIndex {
 	idx := keyIndex{keys: map[[32]byte]indexedKey{}, now: now}
-	add := func(hash string, a *Application, keyID string, expires *time.Time) {
-		hexSum, ok := strings.CutPrefix(hash, KeyHashPrefix)
+	add := func(hash string, a *deployment.Application, keyID string, expires *time.Time) {
+		hexSum, ok := strings.CutPrefix(hash, deployment.KeyHashPrefix)
 		if !ok || len(hexSum) != 2*sha256.Size {
 			return
 		}

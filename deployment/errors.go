@@ -1,4 +1,4 @@
-package config
+package deployment
 
 import (
 	"cmp"
@@ -59,18 +59,18 @@ func (es Errors) Unwrap() []error {
 	return out
 }
 
-// errOrNil returns es as an error, or nil when empty.
-func (es Errors) errOrNil() error {
+// Err returns es as an error, or nil when es is empty.
+func (es Errors) Err() error {
 	if len(es) == 0 {
 		return nil
 	}
 	return es
 }
 
-// normalize sorts es by position (problems without a position last, in their
+// Normalize sorts es by position (problems without a position last, in their
 // original order) and drops exact duplicates (an aliased node is decoded once
 // per alias).
-func (es Errors) normalize() Errors {
+func (es Errors) Normalize() Errors {
 	slices.SortStableFunc(es, func(a, b *Error) int {
 		if (a.Line == 0) != (b.Line == 0) {
 			if a.Line == 0 {

@@ -1,4 +1,4 @@
-package config
+package deployment
 
 import (
 	"fmt"
@@ -21,11 +21,11 @@ var (
 // application with that id would share their counters.
 const reservedAppID = "default"
 
-// Validate checks a deployment's structure (everything but policy params,
-// which Check and BuildChains check against the registry). Empty fields that
-// have defaults are accepted. It returns Errors or nil.
+// Validate checks a deployment's structure: everything but what policy
+// params mean, which policies.Check checks against the registry. Empty fields
+// that have defaults are accepted. It returns Errors (in file order) or nil.
 func Validate(d *Deployment) error {
-	return validate(d).normalize().errOrNil()
+	return validate(d).Normalize().Err()
 }
 
 func validate(d *Deployment) Errors {
@@ -34,13 +34,13 @@ func validate(d *Deployment) Errors {
 
 	switch {
 	case d.APIVersion == "":
-		add(d.errorAt("apiVersion", true, "required: set apiVersion: %s", APIVersion))
+		add(d.ErrorAt("apiVersion", true, "required: set apiVersion: %s", APIVersion))
 	case d.APIVersion != APIVersion:
-		add(d.errorAt("apiVersion", false, "unsupported version %q: this gateway reads %s", d.APIVersion, APIVersion))
+		add(d.ErrorAt("apiVersion", false, "unsupported version %q: this gateway reads %s", d.APIVersion, APIVersion))
 	}
 
 	if d.Server.MaxRequestBytes < 0 {
-		add(d.errorAt("server.maxRequestBytes", false, "must be positive"))
+		add(d.ErrorAt("server.maxRequestBytes", false, "must be positive"))
 	}
 	// Parsed durations are positive already; a deployment built in memory is
 	// checked here.
@@ -54,14 +54,14 @@ func validate(d *Deployment) Errors {
 		{"server.writeTimeout", d.Server.WriteTimeout},
 	} {
 		if f.v < 0 {
-			add(d.errorAt(f.field, false, "must be positive"))
+			add(d.ErrorAt(f.field, false, "must be positive"))
 		}
 	}
 	if t := d.Server.MetricsToken; t != "" {
-		if msg := controlCharProblem(t); msg != "" {
-			add(d.errorAt("server.metricsToken", false, "%s", msg))
+		if msg := HeaderValueProblem(t); msg != "" {
+			add(d.ErrorAt("server.metricsToken", false, "%s", msg))
 		} else if strings.ContainsAny(t, " ") {
-			add(d.errorAt("server.metricsToken", false, "must not contain spaces (value not shown): it is sent as \"Authorization: Bearer <token>\""))
+			add(d.ErrorAt("server.metricsToken", false, "must not contain spaces (value not shown): it is sent as \"Authorization: Bearer <token>\""))
 		}
 	}
 	validateCounters(d, add)
@@ -79,24 +79,24 @@ func validateCounters(d *Deployment, add func(*Error)) {
 		r := c.Redis
 		switch {
 		case r.URL == "" && len(r.Addrs) == 0:
-			add(d.errorAt("counters.redis.url", true, "the redis backend needs counters.redis.url or counters.redis.addrs"))
+			add(d.ErrorAt("counters.redis.url", true, "the redis backend needs counters.redis.url or counters.redis.addrs"))
 		case r.URL != "" && len(r.Addrs) > 0:
-			add(d.errorAt("counters.redis.addrs", true, "give counters.redis.url or counters.redis.addrs, not both"))
+			add(d.ErrorAt("counters.redis.addrs", true, "give counters.redis.url or counters.redis.addrs, not both"))
 		}
 	default:
-		add(d.errorAt("counters.backend", false, "unknown backend %q: want memory or redis", c.Backend))
+		add(d.ErrorAt("counters.backend", false, "unknown backend %q: want memory or redis", c.Backend))
 	}
 	r := c.Redis
 	for _, p := range redisProblems(r) {
-		add(d.errorAt("counters.redis."+p.field, p.wantKey, "%s", p.msg))
+		add(d.ErrorAt("counters.redis."+p.field, p.wantKey, "%s", p.msg))
 	}
 	if strings.ContainsAny(r.KeyPrefix, "{} \t\n") {
-		add(d.errorAt("counters.redis.keyPrefix", false, "must not contain braces or whitespace (keys carry Redis Cluster hash tags)"))
+		add(d.ErrorAt("counters.redis.keyPrefix", false, "must not contain braces or whitespace (keys carry Redis Cluster hash tags)"))
 	}
 	switch r.FailureMode {
 	case "", "open", "closed":
 	default:
-		add(d.errorAt("counters.redis.failureMode", false, "unknown failure mode %q: want open or closed", r.FailureMode))
+		add(d.ErrorAt("counters.redis.failureMode", false, "unknown failure mode %q: want open or closed", r.FailureMode))
 	}
 }
 
@@ -107,9 +107,9 @@ func validateProviders(d *Deployment, add func(*Error)) map[string]string {
 	for i, p := range d.Providers {
 		base := fmt.Sprintf("providers[%d]", i)
 		if p.Name == "" {
-			add(d.errorAt(base+".name", true, "required"))
+			add(d.ErrorAt(base+".name", true, "required"))
 		} else if j, dup := first[p.Name]; dup {
-			add(d.errorAt(base+".name", false, "duplicate provider name %q (first defined at providers[%d])", p.Name, j))
+			add(d.ErrorAt(base+".name", false, "duplicate provider name %q (first defined at providers[%d])", p.Name, j))
 		} else {
 			first[p.Name] = i
 			types[p.Name] = p.Type
@@ -117,62 +117,64 @@ func validateProviders(d *Deployment, add func(*Error)) map[string]string {
 		switch p.Type {
 		case "openai", "anthropic":
 		case "":
-			add(d.errorAt(base+".type", true, "required: openai (any OpenAI-compatible API) or anthropic"))
+			add(d.ErrorAt(base+".type", true, "required: openai (any OpenAI-compatible API) or anthropic"))
 		default:
-			add(d.errorAt(base+".type", false, "unknown provider type %q: want openai (any OpenAI-compatible API) or anthropic", p.Type))
+			add(d.ErrorAt(base+".type", false, "unknown provider type %q: want openai (any OpenAI-compatible API) or anthropic", p.Type))
 		}
 		switch {
 		case p.URL == "" && len(p.Targets) == 0:
-			add(d.errorAt(base+".url", true, "required: give url, or targets for several upstreams"))
+			add(d.ErrorAt(base+".url", true, "required: give url, or targets for several upstreams"))
 		case p.URL != "" && len(p.Targets) > 0:
-			add(d.errorAt(base+".targets", true, "give url or targets, not both"))
+			add(d.ErrorAt(base+".targets", true, "give url or targets, not both"))
 		}
 		if p.URL != "" {
-			if msg := upstreamURLProblem(p.URL); msg != "" {
-				add(d.errorAt(base+".url", false, "%s", msg))
+			if msg := UpstreamURLProblem(p.URL); msg != "" {
+				add(d.ErrorAt(base+".url", false, "%s", msg))
 			}
 		}
 		for j, t := range p.Targets {
-			if msg := upstreamURLProblem(t); msg != "" {
-				add(d.errorAt(fmt.Sprintf("%s.targets[%d]", base, j), false, "%s", msg))
+			if msg := UpstreamURLProblem(t); msg != "" {
+				add(d.ErrorAt(fmt.Sprintf("%s.targets[%d]", base, j), false, "%s", msg))
 			}
 		}
 		if p.Auth != nil && !headerNameRE.MatchString(p.Auth.Header) {
 			if p.Auth.Header == "" {
-				add(d.errorAt(base+".auth.header", true, "required when auth is given"))
+				add(d.ErrorAt(base+".auth.header", true, "required when auth is given"))
 			} else {
-				add(d.errorAt(base+".auth.header", false, "invalid header name %q", p.Auth.Header))
+				add(d.ErrorAt(base+".auth.header", false, "invalid header name %q", p.Auth.Header))
 			}
 		}
 		if p.Auth != nil {
 			switch {
 			case p.Auth.Value == "":
-				add(d.errorAt(base+".auth.value", true, "empty: the provider would get an empty credential (an unset or empty ${VAR}?)"))
+				add(d.ErrorAt(base+".auth.value", true, "empty: the provider would get an empty credential (an unset or empty ${VAR}?)"))
 			default:
-				if msg := controlCharProblem(p.Auth.Value); msg != "" {
-					add(d.errorAt(base+".auth.value", false, "%s", msg))
+				if msg := HeaderValueProblem(p.Auth.Value); msg != "" {
+					add(d.ErrorAt(base+".auth.value", false, "%s", msg))
 				}
 			}
 		}
 		for j, h := range p.ForwardHeaders {
 			field := fmt.Sprintf("%s.forwardHeaders[%d]", base, j)
 			if msg := headerPatternProblem(h); msg != "" {
-				add(d.errorAt(field, false, "%s", msg))
+				add(d.ErrorAt(field, false, "%s", msg))
 			} else if why := UnforwardableHeader(h); why != "" {
-				add(d.errorAt(field, false, "%s is never forwarded: %s", h, why))
+				add(d.ErrorAt(field, false, "%s is never forwarded: %s", h, why))
 			}
 		}
 		if p.Timeout < 0 {
-			add(d.errorAt(base+".timeout", false, "must be positive"))
+			add(d.ErrorAt(base+".timeout", false, "must be positive"))
 		}
 		if p.Retries != nil && *p.Retries < 0 {
-			add(d.errorAt(base+".retries", false, "must not be negative"))
+			add(d.ErrorAt(base+".retries", false, "must not be negative"))
 		}
 	}
 	return types
 }
 
-func upstreamURLProblem(s string) string {
+// UpstreamURLProblem says what is wrong with s as a provider's url or
+// target, or returns "".
+func UpstreamURLProblem(s string) string {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
@@ -201,14 +203,14 @@ func validateApplications(d *Deployment, add func(*Error)) {
 		base := fmt.Sprintf("applications[%d]", i)
 		switch {
 		case a.ID == "":
-			add(d.errorAt(base+".id", true, "required"))
+			add(d.ErrorAt(base+".id", true, "required"))
 		case a.ID == reservedAppID:
-			add(d.errorAt(base+".id", false, "%q is reserved for requests without an application", a.ID))
+			add(d.ErrorAt(base+".id", false, "%q is reserved for requests without an application", a.ID))
 		case !appIDRE.MatchString(a.ID):
-			add(d.errorAt(base+".id", false, "invalid id %q: use letters, digits, '.', '_', '@' and '-', starting with a letter or digit", a.ID))
+			add(d.ErrorAt(base+".id", false, "invalid id %q: use letters, digits, '.', '_', '@' and '-', starting with a letter or digit", a.ID))
 		default:
 			if j, dup := firstID[a.ID]; dup {
-				add(d.errorAt(base+".id", false, "duplicate application id %q (first defined at applications[%d])", a.ID, j))
+				add(d.ErrorAt(base+".id", false, "duplicate application id %q (first defined at applications[%d])", a.ID, j))
 			} else {
 				firstID[a.ID] = i
 			}
@@ -216,7 +218,7 @@ func validateApplications(d *Deployment, add func(*Error)) {
 		for j, k := range a.APIKeys {
 			field := fmt.Sprintf("%s.apiKeys[%d]", base, j)
 			if !keyHashRE.MatchString(k) {
-				add(d.errorAt(field, false, "want \"sha256:\" and 64 lowercase hex digits (`sluice keys hash KEY` prints it); never the key itself"))
+				add(d.ErrorAt(field, false, "want \"sha256:\" and 64 lowercase hex digits (`sluice keys hash KEY` prints it); never the key itself"))
 				continue
 			}
 			owner := a.ID
@@ -225,9 +227,9 @@ func validateApplications(d *Deployment, add func(*Error)) {
 			}
 			if prev, dup := keyOwner[k]; dup {
 				if prev == owner {
-					add(d.errorAt(field, false, "key listed twice"))
+					add(d.ErrorAt(field, false, "key listed twice"))
 				} else {
-					add(d.errorAt(field, false, "key already belongs to application %q: a key identifies one application", prev))
+					add(d.ErrorAt(field, false, "key already belongs to application %q: a key identifies one application", prev))
 				}
 				continue
 			}
@@ -244,34 +246,34 @@ func validateRoutes(d *Deployment, providerTypes map[string]string, add func(*Er
 		base := fmt.Sprintf("routes[%d]", i)
 		switch {
 		case r.Name == "":
-			add(d.errorAt(base+".name", true, "required"))
+			add(d.ErrorAt(base+".name", true, "required"))
 		case !routeNameRE.MatchString(r.Name):
-			add(d.errorAt(base+".name", false, "invalid route name %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", r.Name))
+			add(d.ErrorAt(base+".name", false, "invalid route name %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", r.Name))
 		default:
 			if j, dup := firstName[r.Name]; dup {
-				add(d.errorAt(base+".name", false, "duplicate route name %q (first defined at routes[%d])", r.Name, j))
+				add(d.ErrorAt(base+".name", false, "duplicate route name %q (first defined at routes[%d])", r.Name, j))
 			} else {
 				firstName[r.Name] = i
 			}
 		}
 		if msg := contextProblem(r.Context); msg != "" {
-			add(d.errorAt(base+".context", r.Context == "", "%s", msg))
+			add(d.ErrorAt(base+".context", r.Context == "", "%s", msg))
 		} else if j, dup := firstContext[r.Context]; dup {
-			add(d.errorAt(base+".context", false, "duplicate context %q (also routes[%d])", r.Context, j))
+			add(d.ErrorAt(base+".context", false, "duplicate context %q (also routes[%d])", r.Context, j))
 		} else {
 			firstContext[r.Context] = i
 		}
 		switch {
 		case r.Provider == "":
-			add(d.errorAt(base+".provider", true, "required"))
+			add(d.ErrorAt(base+".provider", true, "required"))
 		default:
 			if _, ok := providerTypes[r.Provider]; !ok {
-				add(d.errorAt(base+".provider", false, "unknown provider %q (defined: %s)", r.Provider, quoteList(providerNames(d))))
+				add(d.ErrorAt(base+".provider", false, "unknown provider %q (defined: %s)", r.Provider, QuoteList(providerNames(d))))
 			}
 		}
 		for j, p := range r.Policies {
 			if p.Name == "" {
-				add(d.errorAt(fmt.Sprintf("%s.policies[%d].name", base, j), true, "required"))
+				add(d.ErrorAt(fmt.Sprintf("%s.policies[%d].name", base, j), true, "required"))
 			}
 			validateResources(d, fmt.Sprintf("%s.policies[%d].resources", base, j), p.Resources, add)
 		}
@@ -283,11 +285,11 @@ func validateRoutes(d *Deployment, providerTypes map[string]string, add func(*Er
 
 func validateCORS(d *Deployment, base string, c *CORS, add func(*Error)) {
 	if len(c.AllowOrigins) == 0 {
-		add(d.errorAt(base+".allowOrigins", true, "required: the origins allowed to call the route, or \"*\" for any"))
+		add(d.ErrorAt(base+".allowOrigins", true, "required: the origins allowed to call the route, or \"*\" for any"))
 	}
 	for i, o := range c.AllowOrigins {
 		if msg := originProblem(o); msg != "" {
-			add(d.errorAt(fmt.Sprintf("%s.allowOrigins[%d]", base, i), false, "%s", msg))
+			add(d.ErrorAt(fmt.Sprintf("%s.allowOrigins[%d]", base, i), false, "%s", msg))
 		}
 	}
 	for _, list := range []struct {
@@ -296,12 +298,12 @@ func validateCORS(d *Deployment, base string, c *CORS, add func(*Error)) {
 	}{{"allowHeaders", c.AllowHeaders}, {"exposeHeaders", c.ExposeHeaders}} {
 		for i, h := range list.pats {
 			if msg := headerPatternProblem(h); msg != "" {
-				add(d.errorAt(fmt.Sprintf("%s.%s[%d]", base, list.name, i), false, "%s", msg))
+				add(d.ErrorAt(fmt.Sprintf("%s.%s[%d]", base, list.name, i), false, "%s", msg))
 			}
 		}
 	}
 	if c.MaxAge < 0 {
-		add(d.errorAt(base+".maxAge", false, "must be positive"))
+		add(d.ErrorAt(base+".maxAge", false, "must be positive"))
 	}
 }
 
@@ -354,4 +356,13 @@ func contextProblem(c string) string {
 		}
 	}
 	return ""
+}
+
+// QuoteList formats xs for a hint: each quoted, comma separated.
+func QuoteList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = fmt.Sprintf("%q", x)
+	}
+	return strings.Join(q, ", ")
 }

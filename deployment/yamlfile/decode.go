@@ -1,4 +1,4 @@
-package config
+package yamlfile
 
 import (
 	"fmt"
@@ -12,70 +12,11 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/token"
 
-	"sluice/policies"
+	"sluice/deployment"
 )
 
 // pos is a 1-based line and column; zero when unknown.
-type pos struct{ line, col int }
-
-// place is where a field sits in the file: its key (for mapping entries) and
-// its value.
-type place struct {
-	key    pos
-	hasKey bool
-	val    pos
-}
-
-// index maps field paths ("routes[0].policies[1].params.x") to their place.
-// It is built once while decoding and read-only afterwards.
-type index map[string]place
-
-// at returns the position to report for path. wantKey selects the key of a
-// mapping entry (unknown or missing fields) rather than its value (bad
-// values). A path with no node reports its closest existing parent.
-func (ix index) at(path string, wantKey bool) pos {
-	if ix == nil {
-		return pos{}
-	}
-	if p, ok := ix[path]; ok {
-		if (wantKey || p.val == pos{}) && p.hasKey {
-			return p.key
-		}
-		return p.val
-	}
-	for path != "" {
-		path = parentPath(path)
-		if p, ok := ix[path]; ok {
-			if p.hasKey {
-				return p.key
-			}
-			return p.val
-		}
-	}
-	return pos{1, 1}
-}
-
-// parentPath strips the last ".name" or "[i]" from path.
-func parentPath(path string) string {
-	if strings.HasSuffix(path, "]") {
-		if i := strings.LastIndexByte(path, '['); i >= 0 {
-			return path[:i]
-		}
-	}
-	if i := strings.LastIndexByte(path, '.'); i >= 0 {
-		return path[:i]
-	}
-	return ""
-}
-
-func childPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func indexPath(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
+type pos = deployment.Pos
 
 // decoder turns a goccy/go-yaml AST into Go values by reflection. Unlike a
 // stock decoder it keeps going after a problem, so one pass reports every
@@ -86,9 +27,9 @@ func indexPath(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i
 type decoder struct {
 	file    string
 	lookup  LookupFunc
-	idx     index
+	idx     deployment.Positions
 	anchors map[string]ast.Node
-	errs    Errors
+	errs    deployment.Errors
 	// failed holds the paths that failed to decode, so that validation does
 	// not report the resulting zero value again.
 	failed map[string]bool
@@ -96,19 +37,19 @@ type decoder struct {
 }
 
 func newDecoder(file string, lookup LookupFunc) *decoder {
-	return &decoder{file: file, lookup: lookup, idx: index{}, anchors: map[string]ast.Node{}, failed: map[string]bool{}}
+	return &decoder{file: file, lookup: lookup, idx: deployment.Positions{}, anchors: map[string]ast.Node{}, failed: map[string]bool{}}
 }
 
 func (d *decoder) fail(path string, p pos, format string, args ...any) {
 	d.failed[path] = true
-	d.errs = append(d.errs, &Error{File: d.file, Line: p.line, Col: p.col, Field: path, Message: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, &deployment.Error{File: d.file, Line: p.Line, Col: p.Col, Field: path, Message: fmt.Sprintf(format, args...)})
 }
 
 func tokenPos(tk *token.Token) pos {
 	if tk == nil || tk.Position == nil {
 		return pos{}
 	}
-	return pos{tk.Position.Line, tk.Position.Column}
+	return pos{Line: tk.Position.Line, Col: tk.Position.Column}
 }
 
 // nodePos is where a node starts as a reader sees it: a block mapping starts
@@ -135,9 +76,9 @@ func nodePos(n ast.Node) pos {
 }
 
 func (d *decoder) record(path string, key *pos, val ast.Node) {
-	p := place{val: nodePos(val)}
+	p := deployment.Place{Val: nodePos(val)}
 	if key != nil {
-		p.key, p.hasKey = *key, true
+		p.Key, p.HasKey = *key, true
 	}
 	d.idx[path] = p
 }
@@ -368,10 +309,10 @@ func (d *decoder) expandAt(raw, path string, p pos, shift int) (string, bool) {
 		ep := p
 		switch {
 		case shift == shiftBlock:
-			ep.line += 1 + strings.Count(raw[:e.Offset], "\n")
-			ep.col = 1
+			ep.Line += 1 + strings.Count(raw[:e.Offset], "\n")
+			ep.Col = 1
 		case shift >= 0:
-			ep.col += shift + e.Offset
+			ep.Col += shift + e.Offset
 		}
 		d.fail(path, ep, "%s", e.Message)
 	}
@@ -424,9 +365,8 @@ func resolvePlain(t string) scalar {
 }
 
 var (
-	durationType      = reflect.TypeFor[Duration]()
-	paramDurationType = reflect.TypeFor[policies.Duration]()
-	timeType          = reflect.TypeFor[time.Time]()
+	durationType = reflect.TypeFor[deployment.Duration]()
+	timeType     = reflect.TypeFor[time.Time]()
 )
 
 // decodeValue decodes n into v; the caller has recorded path's place.
@@ -443,13 +383,13 @@ func (d *decoder) decodeValue(n ast.Node, v reflect.Value, path string) {
 		return // resolve reported
 	}
 	t := v.Type()
-	if t == durationType || t == paramDurationType {
+	if t == durationType {
 		s, ok := d.scalar(n, path)
 		switch {
 		case ok && s.kind == kNull:
 			v.SetInt(0)
 		case ok && s.kind == kString:
-			dur, err := policies.ParseDuration(s.text)
+			dur, err := deployment.ParseDuration(s.text)
 			if err != nil {
 				d.fail(path, at, "%v", err)
 				return
@@ -495,7 +435,7 @@ func (d *decoder) decodeValue(n ast.Node, v reflect.Value, path string) {
 		}
 		out := reflect.MakeSlice(t, len(seq.Values), len(seq.Values))
 		for i, el := range seq.Values {
-			p := indexPath(path, i)
+			p := deployment.IndexField(path, i)
 			d.record(p, nil, el)
 			d.decodeValue(el, out.Index(i), p)
 		}
@@ -617,11 +557,11 @@ func (d *decoder) decodeStruct(n ast.Node, v reflect.Value, path string) {
 	}
 	fields, names := yamlFields(v.Type())
 	for _, e := range es {
-		p := childPath(path, e.key)
+		p := deployment.ChildField(path, e.key)
 		kp := e.keyPos
 		fi, ok := fields[e.key]
 		if !ok {
-			d.idx[p] = place{key: kp, hasKey: true, val: nodePos(e.val)}
+			d.idx[p] = deployment.Place{Key: kp, HasKey: true, Val: nodePos(e.val)}
 			d.fail(p, kp, "unknown field %q (known: %s)", e.key, strings.Join(names, ", "))
 			continue
 		}
@@ -645,7 +585,7 @@ func (d *decoder) toAny(n ast.Node, path string) any {
 	if es, ok := d.entries(n, path); ok {
 		m := make(map[string]any, len(es))
 		for _, e := range es {
-			p := childPath(path, e.key)
+			p := deployment.ChildField(path, e.key)
 			kp := e.keyPos
 			d.record(p, &kp, e.val)
 			m[e.key] = d.toAny(e.val, p)
@@ -655,7 +595,7 @@ func (d *decoder) toAny(n ast.Node, path string) any {
 	if seq, ok := n.(*ast.SequenceNode); ok {
 		out := make([]any, len(seq.Values))
 		for i, el := range seq.Values {
-			p := indexPath(path, i)
+			p := deployment.IndexField(path, i)
 			d.record(p, nil, el)
 			out[i] = d.toAny(el, p)
 		}

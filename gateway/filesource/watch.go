@@ -1,4 +1,8 @@
-package config
+// Package filesource is the gateway's file deployment source: it watches the
+// file `sluice gateway --config` serves and says when its content changed,
+// so that the wiring reloads it (yamlfile.Load, then the gateway's
+// build-then-swap). The platform source is gateway/pull.
+package filesource
 
 import (
 	"context"

@@ -1,10 +1,4 @@
-// Package deploymentdoc is the platform's one door to the deployment document
-// the gateway serves: type aliases for its parts, its validation and chain
-// check, and its YAML and JSON encodings. It is the only platform package
-// that imports gateway/config; when the document moves to its own leaf
-// package (the layout issue), this file is what changes. It never imports
-// package gateway.
-package deploymentdoc
+package yamlfile
 
 import (
 	"bytes"
@@ -17,53 +11,18 @@ import (
 
 	"github.com/goccy/go-yaml"
 
-	"sluice/gateway/config"
-	"sluice/policies"
+	"sluice/deployment"
 )
-
-// The document's parts.
-type (
-	Deployment  = config.Deployment
-	Provider    = config.Provider
-	Auth        = config.Auth
-	Application = config.Application
-	APIKey      = config.APIKey
-	Route       = config.Route
-	PolicyEntry = config.PolicyEntry
-	Resources   = config.Resources
-	Counters    = config.Counters
-	Duration    = config.Duration
-	// Error is one problem, with the field path ("routes[0].policies[2].params.x").
-	Error  = config.Error
-	Errors = config.Errors
-)
-
-// APIVersion is the document version.
-const APIVersion = config.APIVersion
-
-// HashKey is the configured form of an API key ("sha256:<hex>").
-func HashKey(key string) string { return config.HashKey(key) }
-
-// Check validates d's structure and builds every chain with stand-in
-// services, as `sluice validate` does. Problems are Errors.
-func Check(d *Deployment, reg *policies.Registry) error { return config.Check(d, reg) }
-
-// ParseYAML reads a document rendered by YAML. References like ${VAR} are
-// not expanded from any environment (YAML escapes the text that looks like
-// one).
-func ParseYAML(data []byte, source string) (*Deployment, error) {
-	return config.ParseEnv(data, source, func(string) (string, bool) { return "", false })
-}
 
 // YAML renders d as the YAML that `sluice gateway --config` reads. Empty
 // fields are left out; every "${" in a string value is written "$${", so the
 // loader's ${VAR} expansion gives back the exact text.
-func YAML(d *Deployment) ([]byte, error) {
+func YAML(d *deployment.Deployment) ([]byte, error) {
 	return yaml.MarshalWithOptions(tree(d, escape), yaml.IndentSequence(true))
 }
 
 // JSON renders d as JSON, with the same field names and order as YAML.
-func JSON(d *Deployment) ([]byte, error) {
+func JSON(d *deployment.Deployment) ([]byte, error) {
 	var b bytes.Buffer
 	if err := writeJSON(&b, tree(d, func(s string) any { return s })); err != nil {
 		return nil, err
@@ -72,10 +31,10 @@ func JSON(d *Deployment) ([]byte, error) {
 }
 
 // Loadable renders d as the JSON text gateways receive: JSON is YAML, so
-// ParseYAML and `sluice gateway --config` read it, and it renders an order
+// ParseRendered and `sluice gateway --config` read it, and it renders an order
 // of magnitude faster than block YAML. Like YAML, it writes every "${" as
 // "$${".
-func Loadable(d *Deployment) ([]byte, error) {
+func Loadable(d *deployment.Deployment) ([]byte, error) {
 	var b bytes.Buffer
 	if err := writeJSON(&b, tree(d, func(s string) any { return strings.ReplaceAll(s, "${", "$${") })); err != nil {
 		return nil, err
@@ -106,7 +65,7 @@ func (q quoted) MarshalYAML() ([]byte, error) { return json.Marshal(string(q)) }
 
 // tree builds the document as ordered mappings (yaml.MapSlice), lists and
 // scalars, passing every string value (not keys) through str.
-func tree(d *Deployment, str func(string) any) yaml.MapSlice {
+func tree(d *deployment.Deployment, str func(string) any) yaml.MapSlice {
 	var m obj
 	m.add("apiVersion", str(d.APIVersion))
 	var srv obj
@@ -205,7 +164,7 @@ func tree(d *Deployment, str func(string) any) yaml.MapSlice {
 	return yaml.MapSlice(m)
 }
 
-func counters(c Counters, str func(string) any) obj {
+func counters(c deployment.Counters, str func(string) any) obj {
 	var o obj
 	if c.Backend != "" {
 		o.add("backend", str(c.Backend))
@@ -231,7 +190,7 @@ func counters(c Counters, str func(string) any) obj {
 	}
 	for _, kv := range []struct {
 		k string
-		v Duration
+		v deployment.Duration
 	}{{"dialTimeout", r.DialTimeout}, {"readTimeout", r.ReadTimeout}, {"writeTimeout", r.WriteTimeout}} {
 		if kv.v != 0 {
 			ro.add(kv.k, kv.v.String())

@@ -1,4 +1,4 @@
-package config
+package yamlfile
 
 import (
 	"errors"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/deployment"
+	"sluice/policies"
 )
 
 const hashA = "sha256:1c590839af894cf25f9a5fe06929af05b377f60efbe55508ef93d251887b9213"
@@ -34,27 +37,27 @@ func env(vars map[string]string) LookupFunc {
 	}
 }
 
-// load parses src as deploy.yaml and, if that succeeds, checks its chains
-// against the fake registry.
-func load(t *testing.T, src string, vars map[string]string) (*Deployment, Errors) {
+// load parses src as deploy.yaml and, if that succeeds, checks it and its
+// chains against the fake registry (policies.Check).
+func load(t *testing.T, src string, vars map[string]string) (*deployment.Deployment, deployment.Errors) {
 	t.Helper()
 	d, err := ParseEnv([]byte(src), "deploy.yaml", env(vars))
 	if err == nil {
-		err = Check(d, testRegistry())
+		err = policies.Check(d, testRegistry())
 	}
 	if err == nil {
 		return d, nil
 	}
-	var errs Errors
+	var errs deployment.Errors
 	if !errors.As(err, &errs) {
-		t.Fatalf("error is %T, want config.Errors: %v", err, err)
+		t.Fatalf("error is %T, want deployment.Errors: %v", err, err)
 	}
 	return d, errs
 }
 
 // wantErrorPrefixes checks that errs are exactly len(want) errors, the i-th
 // rendering (file:line:col: field: message) with want[i].
-func wantErrorPrefixes(t *testing.T, errs Errors, want []string) {
+func wantErrorPrefixes(t *testing.T, errs deployment.Errors, want []string) {
 	t.Helper()
 	if len(errs) != len(want) {
 		t.Errorf("got %d errors, want %d:\n%v", len(errs), len(want), errs)
@@ -146,6 +149,19 @@ func TestErrorsNameFileLineAndField(t *testing.T) {
               duration: 1x
 `,
 			want: "19:25 routes[0].policies[1].params.totalTokenLimits[0].duration", msg: `invalid duration "1x"`,
+		},
+		{
+			// "0s" matches the schema's pattern: the decoder's duration
+			// hook refuses it (a mapstructure error, mapped by its field
+			// name).
+			name: "zero duration in params",
+			src: header + `      - name: fake-limit
+        params:
+          totalTokenLimits:
+            - count: 10
+              duration: 0s
+`,
+			want: "19:25 routes[0].policies[1].params.totalTokenLimits[0].duration", msg: `invalid duration "0s": must be positive`,
 		},
 		{
 			name: "param error raised by the constructor",
@@ -290,7 +306,7 @@ routes:
     provider: openai
 `
 	_, err := ParseEnv([]byte(src), "all.yaml", env(nil))
-	var errs Errors
+	var errs deployment.Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("got %v", err)
 	}
@@ -475,13 +491,18 @@ func TestBuildChains(t *testing.T) {
 		t.Fatal(errs)
 	}
 	// Check used stand-in services; serving needs real ones, and a nil one is
-	// a wiring bug that BuildChains reports.
-	if _, err := BuildChains(d, testRegistry(), nil); err == nil || !strings.Contains(err.Error(), "needs Services.Keys") {
+	// a wiring bug that BuildRoute reports.
+	reg := testRegistry()
+	if _, err := reg.BuildRoute(d, 0, nil); err == nil || !strings.Contains(err.Error(), "needs Services.Keys") {
 		t.Errorf("nil services: %v", err)
 	}
-	chains, err := BuildChains(d, testRegistry(), checkServices(d))
-	if err != nil {
-		t.Fatal(err)
+	chains := map[string]*policies.Chain{}
+	for i, r := range d.Routes {
+		ch, err := reg.BuildRoute(d, i, policies.StandInServices())
+		if err != nil {
+			t.Fatal(err)
+		}
+		chains[r.Name] = ch
 	}
 	if len(chains) != 2 || chains["r1"].Len() != 2 || chains["r2"].Len() != 0 {
 		t.Fatalf("chains = %v", chains)
@@ -490,22 +511,6 @@ func TestBuildChains(t *testing.T) {
 	if e.Route.RouteName != "r1" || e.Route.APIName != "r1" || e.Route.Provider != "openai" ||
 		e.Route.ProviderType != "openai" || e.Route.Attachment != "route" || e.Route.Position != 1 {
 		t.Errorf("route info = %+v", e.Route)
-	}
-}
-
-func TestParamPathNumericMapKey(t *testing.T) {
-	// A numeric mapping key inside params is a key, not a list index.
-	d := &Deployment{positions: index{
-		"p.perApp":     {val: pos{1, 1}},
-		"p.perApp.123": {val: pos{2, 3}},
-		"p.list":       {val: pos{3, 1}},
-		"p.list[0]":    {val: pos{4, 5}},
-	}}
-	if got := d.paramPath("p", []string{"perApp", "123"}); got != "p.perApp.123" {
-		t.Errorf("got %s", got)
-	}
-	if got := d.paramPath("p", []string{"list", "0", "x"}); got != "p.list[0].x" {
-		t.Errorf("got %s", got)
 	}
 }
 
@@ -523,13 +528,13 @@ func TestEmptyAndMultiDocument(t *testing.T) {
 }
 
 func TestValidateInMemoryDocument(t *testing.T) {
-	d := &Deployment{APIVersion: APIVersion, Routes: []Route{{Name: "r", Context: "/r", Provider: "p"}}}
-	err := Validate(d)
+	d := &deployment.Deployment{APIVersion: deployment.APIVersion, Routes: []deployment.Route{{Name: "r", Context: "/r", Provider: "p"}}}
+	err := deployment.Validate(d)
 	if err == nil || err.Error() != `deployment: routes[0].provider: unknown provider "p" (defined: )` {
 		t.Errorf("got %v", err)
 	}
-	d = &Deployment{APIVersion: APIVersion, Server: Server{WriteTimeout: Duration(-time.Second)}}
-	if err := Validate(d); err == nil || err.Error() != "deployment: server.writeTimeout: must be positive" {
+	d = &deployment.Deployment{APIVersion: deployment.APIVersion, Server: deployment.Server{WriteTimeout: deployment.Duration(-time.Second)}}
+	if err := deployment.Validate(d); err == nil || err.Error() != "deployment: server.writeTimeout: must be positive" {
 		t.Errorf("negative writeTimeout: got %v", err)
 	}
 }
@@ -541,8 +546,8 @@ func TestParseWithRegistryReportsEverything(t *testing.T) {
     provider: nope
     policies: 5
 `
-	_, err := parse([]byte(src), "deploy.yaml", env(nil), testRegistry())
-	var errs Errors
+	_, err := parse([]byte(src), "deploy.yaml", env(nil), policies.NewChecker(testRegistry()).CheckChains)
+	var errs deployment.Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("got %v", err)
 	}

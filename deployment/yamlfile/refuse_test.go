@@ -1,4 +1,4 @@
-package config
+package yamlfile
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/deployment"
+	"sluice/policies"
 	"sluice/policies/builtin"
 )
 
@@ -24,18 +26,18 @@ func at(t *testing.T, doc, marker string) string {
 
 // loadBuiltin parses src as deploy.yaml and checks it with the built-in
 // policies, as `sluice validate` does; it returns every problem.
-func loadBuiltin(t *testing.T, src string, vars map[string]string) Errors {
+func loadBuiltin(t *testing.T, src string, vars map[string]string) deployment.Errors {
 	t.Helper()
 	d, err := ParseEnv([]byte(src), "deploy.yaml", env(vars))
 	if err == nil {
-		err = Check(d, builtin.Registry())
+		err = policies.Check(d, builtin.Registry())
 	}
 	if err == nil {
 		return nil
 	}
-	var errs Errors
+	var errs deployment.Errors
 	if !errors.As(err, &errs) {
-		t.Fatalf("error is %T, want config.Errors: %v", err, err)
+		t.Fatalf("error is %T, want deployment.Errors: %v", err, err)
 	}
 	return errs
 }

@@ -1,10 +1,12 @@
-package deploymentdoc
+package yamlfile
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/deployment"
 )
 
 // Strings a YAML writer or the loader's ${VAR} expansion could mangle.
@@ -14,18 +16,18 @@ var tricky = []string{
 	"<<", "\u0001 \t control", "</script>&", ".inf", "-.Inf", ".NaN", "1e3", "0o17", "1_000", "   padded   ", "", "ünïcødé ✓", "{flow}", "[list]", "!tag", "%directive", "@at", "`tick`",
 }
 
-func doc() *Deployment {
+func doc() *deployment.Deployment {
 	exp := time.Date(2031, 2, 3, 4, 5, 6, 7000, time.UTC)
 	retries := 0
-	return &Deployment{
-		APIVersion: APIVersion,
-		Providers: []Provider{{Name: "openai", Type: "openai", URL: "http://127.0.0.1:9000",
-			Auth: &Auth{Header: "Authorization", Value: "Bearer sk-${NOT_A_VAR}$$"}, Retries: &retries}},
-		Applications: []Application{{ID: "app-1", Name: strings.Join(tricky, "|"),
-			Keys: []APIKey{{ID: "k1", Hash: HashKey("x"), ExpiresAt: &exp}}}},
-		Routes: []Route{{Name: "openai", Context: "/openai", Provider: "openai", Policies: []PolicyEntry{
+	return &deployment.Deployment{
+		APIVersion: deployment.APIVersion,
+		Providers: []deployment.Provider{{Name: "openai", Type: "openai", URL: "http://127.0.0.1:9000",
+			Auth: &deployment.Auth{Header: "Authorization", Value: "Bearer sk-${NOT_A_VAR}$$"}, Retries: &retries}},
+		Applications: []deployment.Application{{ID: "app-1", Name: strings.Join(tricky, "|"),
+			Keys: []deployment.APIKey{{ID: "k1", Hash: deployment.HashKey("x"), ExpiresAt: &exp}}}},
+		Routes: []deployment.Route{{Name: "openai", Context: "/openai", Provider: "openai", Policies: []deployment.PolicyEntry{
 			{Name: "api-key-auth", Version: "v1", Params: map[string]any{"applications": []any{"app-1"}}},
-			{Name: "x", Version: "v1", Resources: &Resources{Exclude: []string{"/embeddings"}},
+			{Name: "x", Version: "v1", Resources: &deployment.Resources{Exclude: []string{"/embeddings"}},
 				Params: map[string]any{"list": stringsAny(tricky), "n": int64(3), "f": 0.25, "b": true, "nested": map[string]any{"k": "${X}"}}},
 		}}},
 	}
@@ -48,23 +50,23 @@ func canon(t *testing.T, v any) string {
 	return string(b)
 }
 
-// What YAML writes, ParseYAML reads back exactly, whatever the strings hold,
+// What YAML writes, ParseRendered reads back exactly, whatever the strings hold,
 // and no ${...} is looked up in any environment.
 func TestYAMLRoundTrip(t *testing.T) {
 	t.Setenv("HOME", "/should/not/appear")
 	t.Setenv("NOT_A_VAR", "leaked")
-	for name, render := range map[string]func(*Deployment) ([]byte, error){"YAML": YAML, "Loadable": Loadable} {
+	for name, render := range map[string]func(*deployment.Deployment) ([]byte, error){"YAML": YAML, "Loadable": Loadable} {
 		t.Run(name, func(t *testing.T) { roundTrip(t, render) })
 	}
 }
 
-func roundTrip(t *testing.T, render func(*Deployment) ([]byte, error)) {
+func roundTrip(t *testing.T, render func(*deployment.Deployment) ([]byte, error)) {
 	in := doc()
 	y, err := render(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := ParseYAML(y, "rendered.yaml")
+	out, err := ParseRendered(y, "rendered.yaml")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, y)
 	}

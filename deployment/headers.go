@@ -1,4 +1,4 @@
-package config
+package deployment
 
 import (
 	"fmt"
@@ -44,11 +44,11 @@ func UnforwardableHeader(name string) string {
 	return ""
 }
 
-// controlCharProblem reports a control character (CR, LF, NUL, tab, DEL, ...)
+// HeaderValueProblem reports a control character (CR, LF, NUL, tab, DEL, ...)
 // or surrounding whitespace in a value sent in a header, without showing the
 // value: it is usually a secret, and the classic cause is the newline at the
 // end of a file read into an environment variable.
-func controlCharProblem(v string) string {
+func HeaderValueProblem(v string) string {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < 0x20 || c == 0x7f {
 			what := fmt.Sprintf("a control character (0x%02x)", c)
