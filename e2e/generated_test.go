@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sluice/gateway/config"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/platform/deploymentdoc"
 	"sluice/platform/generate"
@@ -225,7 +226,7 @@ func TestGeneratedKeysExpiryAndGrants(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("%s: %d %s, want %d", app, resp.StatusCode, b, want)
 		}
-		if want == 403 && decodeEnvelope(t, b).Code != "application_not_allowed" {
+		if want == 403 && gwerrortest.MustOpenAI(t, b).Code != "application_not_allowed" {
 			t.Errorf("%s: %s", app, b)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"net"
@@ -17,11 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"sluice/gateway/config"
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/policies"
@@ -402,22 +404,13 @@ func send(t *testing.T, method, url, contentType, body string, hdr map[string]st
 	return resp, b
 }
 
-// envelope decodes an OpenAI error envelope, failing when the body is not one.
+// envelope decodes an OpenAI error envelope, failing when the body is not
+// one or its error has no type.
 func envelope(t *testing.T, body []byte) (code, message string) {
 	t.Helper()
-	var e struct {
-		Error *struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil {
-		t.Fatalf("not an error envelope: %s", body)
-	}
-	if e.Error.Type == "" {
+	e := gwerrortest.MustOpenAI(t, body)
+	if e.Type == "" {
 		t.Fatalf("envelope without type: %s", body)
 	}
-	return e.Error.Code, e.Error.Message
+	return e.Code, e.Message
 }

@@ -11,6 +11,7 @@ import (
 	"sluice/policies"
 	"sluice/policies/apikeyauth"
 	"sluice/policies/modelaccess"
+	"sluice/policies/policytest"
 	"sluice/sharedctx"
 )
 
@@ -19,7 +20,7 @@ import (
 // header map and SharedContext are rebuilt each iteration (the gateway builds
 // them per request too) and are counted in the figures.
 func BenchmarkAuthAndModelAccess(b *testing.B) {
-	idx := mapIndex{}
+	idx := policytest.Keys{}
 	for i := range 10000 {
 		idx[sha256.Sum256(fmt.Appendf(nil, "sk-sluice-%d", i))] = policies.Credential{
 			ApplicationID: fmt.Sprintf("app-%d", i%200), KeyID: fmt.Sprintf("k%d", i)}

@@ -1,7 +1,6 @@
 package llmcost_test
 
 import (
-	"context"
 	"errors"
 	"math"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/llmcost"
+	"sluice/policies/policytest"
 	"sluice/pricing"
 	"sluice/sharedctx"
 )
@@ -62,17 +62,12 @@ func catalog(t testing.TB) *pricing.Catalog {
 // build returns a chain [probe, llm-cost] (or [llm-cost, probe] when after).
 func build(t testing.TB, pr *probe, params map[string]any, svc *policies.Services) (*policies.Chain, error) {
 	t.Helper()
-	reg := policies.NewRegistry(llmcost.Definition(), probeDef(pr))
-	specs := []policies.EntrySpec{{Name: "probe"}, {Name: llmcost.Name, Version: llmcost.Version, Params: params}}
-	return reg.BuildChain(policies.RouteInfo{RouteName: "r1"}, specs, svc,
-		[]policies.MetaKey{{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse}})
+	return policytest.BuildChain(policytest.Route, []policies.Definition{llmcost.Definition(), probeDef(pr)}, svc,
+		policies.EntrySpec{Name: "probe"}, policies.EntrySpec{Name: llmcost.Name, Version: llmcost.Version, Params: params})
 }
 
 func newCall(model string) *policies.Call {
-	sh := sharedctx.New("req-1", "r1", "api", "openai")
-	sh.Model = model
-	return &policies.Call{Ctx: context.Background(), Shared: sh, ClientHeader: http.Header{},
-		Request: &policies.Request{Method: "POST", Path: "/v1/chat/completions", Header: http.Header{}}}
+	return policytest.NewCall(policytest.Req{Model: model})
 }
 
 func usage(prompt, cached, write, completion int64) *llmapi.Usage {

@@ -17,6 +17,7 @@ import (
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/store"
 	"sluice/policies/ratelimit/store/memstore"
 	"sluice/policies/ratelimit/store/storetest"
@@ -86,10 +87,11 @@ func (h *Harness) Chain(route string, specs ...policies.EntrySpec) *policies.Cha
 	return ch
 }
 
-// BuildChain builds a chain on route, with x-llm-usage provided by the gateway.
+// BuildChain builds a chain on route, with what the gateway provides
+// (policies.GatewayProvided).
 func (h *Harness) BuildChain(route string, specs ...policies.EntrySpec) (*policies.Chain, error) {
 	return h.Registry.BuildChain(policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, specs, h.Svc,
-		[]policies.MetaKey{{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse}})
+		policies.GatewayProvided)
 }
 
 // Req describes a chat request.
@@ -123,14 +125,9 @@ func (h *Harness) Call(route string, r Req) *policies.Call {
 	if gerr != nil {
 		h.T.Fatalf("parse: %v", gerr)
 	}
-	sc := sharedctx.New("req-1", route, route, "openai")
-	sc.Model = r.Model
-	if r.App != "" {
-		sc.Metadata[sharedctx.KeyApplicationID] = r.App
-	}
-	return &policies.Call{Ctx: context.Background(), Shared: sc, ClientHeader: http.Header{},
-		Request: &policies.Request{Method: http.MethodPost, Path: "/v1/chat/completions", Header: http.Header{}, LLM: llm},
-		Started: h.Clock.Now()}
+	call := policytest.NewCall(policytest.Req{Route: route, App: r.App, LLM: llm})
+	call.Started = h.Clock.Now()
+	return call
 }
 
 // Do runs call through ch like the gateway: the request phase, then (when
