@@ -271,7 +271,7 @@ func (r *recorder) OnStreamEvent(c *policies.Call, ev *sse.Event) {
 
 func (r *recorder) OnFinal(c *policies.Call, o *policies.Outcome) {
 	ok := c.Shared.Metadata[r.slot] == r.p.Tag+"/"+c.Shared.RequestID
-	r.log.addFinal(c.Shared.RequestID, finalRecord{Tag: r.p.Tag, Kind: o.Kind, Status: o.Status, Usage: o.Usage, StateOK: ok})
+	r.log.addFinal(c.Shared.RequestID, finalRecord{Tag: r.p.Tag, Kind: o.Kind, Status: o.Status, Usage: c.Shared.Usage(), StateOK: ok})
 }
 
 func testRegistry(log *recLog) *policies.Registry {

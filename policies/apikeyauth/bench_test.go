@@ -39,7 +39,7 @@ func BenchmarkAuthAndModelAccess(b *testing.B) {
 	ctx := context.Background()
 	newCall := func() *policies.Call {
 		sh := sharedctx.New("req", "r1", "api", "openai")
-		sh.Model = "claude-3-5-sonnet-latest"
+		sh.SetServedModel("claude-3-5-sonnet-latest")
 		return &policies.Call{Ctx: ctx, Shared: sh, Request: &policies.Request{
 			Header: http.Header{"Authorization": {"Bearer sk-sluice-7"}}, Query: url.Values{}}}
 	}

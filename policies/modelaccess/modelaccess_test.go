@@ -89,10 +89,11 @@ func TestModelAccess(t *testing.T) {
 	}
 }
 
+// TestModelFromParsedBody: the model the parsed body names is the served
+// model (the gateway sets it from the body, as policytest.NewCall does).
 func TestModelFromParsedBody(t *testing.T) {
 	ch := buildChain(t, map[string]any{"allow": []any{"gpt-4o"}})
-	call := newCall("", "")
-	call.Request.LLM = &llmapi.Request{Model: "gpt-4o"}
+	call := policytest.NewCall(policytest.Req{LLM: &llmapi.Request{Model: "gpt-4o"}})
 	if gerr := ch.Start(call).Request(); gerr != nil {
 		t.Fatalf("denied: %v", gerr)
 	}

@@ -60,7 +60,7 @@ func NewCall(r Req) *policies.Call {
 		r.Model = r.LLM.Model
 	}
 	sh := sharedctx.New("req-1", r.Route, r.Route, "openai")
-	sh.Model = r.Model
+	sh.SetServedModel(r.Model)
 	if r.App != "" {
 		sh.Metadata[sharedctx.KeyApplicationID] = r.App
 	}
@@ -98,4 +98,19 @@ type Keys map[[32]byte]policies.Credential
 func (k Keys) Lookup(sum [32]byte) (policies.Credential, bool) {
 	c, ok := k[sum]
 	return c, ok
+}
+
+// End is how the gateway ends a request that went through a chain: it
+// publishes the request's usage (nil: none), then delivers the outcome to
+// the final phase.
+type End struct {
+	policies.Outcome
+	Usage *llmapi.Usage
+}
+
+// Finish ends run as the gateway does (see End). It reports whether this was
+// the run's first Finish.
+func Finish(run *policies.Run, e End) bool {
+	run.Call().Shared.SetUsage(e.Usage)
+	return run.Finish(e.Outcome)
 }

@@ -8,6 +8,7 @@ import (
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/llmcost"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
 	"sluice/policies/ratelimit/store"
@@ -134,7 +135,7 @@ func TestAdvancedReleaseOnLaterRejection(t *testing.T) {
 		ratelimittest.Entry(ratelimit.AdvancedName, map[string]any{"quotas": []any{quota("q", 3, "1m", nil)}}),
 		ratelimittest.Entry(ratelimittest.RejectName, nil))
 	for range 5 {
-		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), policies.Outcome{Kind: policies.Rejected}); gerr == nil || gerr.Policy != ratelimittest.RejectName {
+		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), policytest.End{Outcome: policies.Outcome{Kind: policies.Rejected}}); gerr == nil || gerr.Policy != ratelimittest.RejectName {
 			t.Fatalf("want the later policy's rejection, got %v", gerr)
 		}
 	}
@@ -151,20 +152,20 @@ func TestAdvancedTrust(t *testing.T) {
 	counted := ratelimittest.Counted(8, 500)
 	cases := []struct {
 		name       string
-		o          policies.Outcome
+		o          policytest.End
 		tok        func(est int64) int64 // expected charge of the response quota
 		usd        bool                  // the x-llm-cost quota is charged the usage's price
 		resolution string
 	}{
-		{"cancelled with counted output", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: counted},
+		{"cancelled with counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: counted},
 			func(int64) int64 { return 8 + 4*500 }, true, "abandoned"},
-		{"cancelled with a small count keeps the estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 0)},
+		{"cancelled with a small count keeps the estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 0)},
 			func(est int64) int64 { return est }, true, "abandoned"},
-		{"cut stream with counted output", policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true, Usage: counted},
+		{"cut stream with counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true}, Usage: counted},
 			func(int64) int64 { return 8 + 4*500 }, true, "closed"},
-		{"cancelled after the usage report settles", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Usage(8, 500, 1)},
+		{"cancelled after the usage report settles", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Usage(8, 500, 1)},
 			func(int64) int64 { return 8 + 4*500 }, true, "settled"},
-		{"cancelled without usage keeps the estimates", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true},
+		{"cancelled without usage keeps the estimates", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}},
 			func(est int64) int64 { return est }, false, "abandoned"},
 	}
 	for _, tc := range cases {

@@ -164,14 +164,9 @@ func (m *ModelMatcher) Match(model string) int {
 	return -1
 }
 
-// RequestModel is the model the request names (body first, then the
-// SharedContext).
-func RequestModel(c *policies.Call) string {
-	if c.Request != nil && c.Request.LLM != nil && c.Request.LLM.Model != "" {
-		return c.Request.LLM.Model
-	}
-	return c.Shared.Model
-}
+// RequestModel is the model the request is served with (sharedctx
+// ServedModel), the one limits match rules and price estimates against.
+func RequestModel(c *policies.Call) string { return c.Shared.ServedModel() }
 
 // OutputBound returns the request's output bound per choice after applying
 // maxOutput (0: no cap), and the number of choices the upstream generates (n

@@ -272,15 +272,15 @@ func usageTrust(u *llmapi.Usage) Trust {
 }
 
 // UsageTrust is the Trust of amounts a policy takes from the request's usage
-// (Usage(c, o)); see TrustExact and TrustLowerBound.
+// (Usage); see TrustExact and TrustLowerBound.
 func UsageTrust(c *policies.Call, o *policies.Outcome) Trust { return usageTrust(Usage(c, o)) }
 
-// CostTrust is the Trust of the cost llm-cost published in Metadata
-// x-llm-cost: "calculated" is as trustworthy as the usage it was priced from
-// (a partial stream's cost is a lower bound), "estimated" (priced from usage
-// the gateway counted) is a lower bound, any other status is none.
+// CostTrust is the Trust of the cost llm-cost published (sharedctx
+// CostMicroUSD): "calculated" is as trustworthy as the usage it was priced
+// from (a partial stream's cost is a lower bound), "estimated" (priced from
+// usage the gateway counted) is a lower bound, any other status is none.
 func CostTrust(c *policies.Call, o *policies.Outcome) Trust {
-	switch c.Shared.String(sharedctx.KeyLLMCostStatus) {
+	switch c.Shared.CostStatus() {
 	case sharedctx.CostStatusCalculated:
 		return max(UsageTrust(c, o), TrustLowerBound)
 	case sharedctx.CostStatusEstimated:
@@ -289,12 +289,7 @@ func CostTrust(c *policies.Call, o *policies.Outcome) Trust {
 	return TrustNone
 }
 
-// Usage returns the request's usage: the Outcome's, else the gateway's
-// Metadata x-llm-usage; nil when neither is set.
-func Usage(c *policies.Call, o *policies.Outcome) *llmapi.Usage {
-	if o != nil && o.Usage != nil {
-		return o.Usage
-	}
-	u, _ := c.Shared.Metadata[sharedctx.KeyLLMUsage].(*llmapi.Usage)
-	return u
-}
+// Usage is the request's usage in the final phase of outcome o: the one
+// usage fact the gateway published (sharedctx Usage), whatever the outcome;
+// nil when there is none.
+func Usage(c *policies.Call, _ *policies.Outcome) *llmapi.Usage { return c.Shared.Usage() }

@@ -22,7 +22,6 @@ import (
 	"sluice/policies/ratelimit/store/memstore"
 	"sluice/policies/ratelimit/store/storetest"
 	"sluice/pricing"
-	"sluice/sharedctx"
 	"sluice/tokencount"
 )
 
@@ -131,26 +130,23 @@ func (h *Harness) Call(route string, r Req) *policies.Call {
 }
 
 // Do runs call through ch like the gateway: the request phase, then (when
-// admitted) one upstream attempt and the final outcome o. It returns the
-// rejection, if any, and the run.
-func (h *Harness) Do(ch *policies.Chain, call *policies.Call, o policies.Outcome) (*gwerror.Error, *policies.Run) {
+// admitted) one upstream attempt and the end e (its usage published, then
+// its outcome delivered). It returns the rejection, if any, and the run.
+func (h *Harness) Do(ch *policies.Chain, call *policies.Call, e policytest.End) (*gwerror.Error, *policies.Run) {
 	run := ch.Start(call)
 	if gerr := run.Request(); gerr != nil {
 		return gerr, run
 	}
-	if o.Kind != policies.Rejected && (o.Kind != policies.Failed || o.WentUpstream) {
+	if e.Kind != policies.Rejected && (e.Kind != policies.Failed || e.WentUpstream) {
 		run.MarkUpstream()
 	}
-	if o.Usage != nil {
-		call.Shared.Metadata[sharedctx.KeyLLMUsage] = o.Usage
-	}
-	run.Finish(o)
+	policytest.Finish(run, e)
 	return nil, run
 }
 
-// Completed is a Completed outcome with usage u.
-func Completed(u *llmapi.Usage) policies.Outcome {
-	return policies.Outcome{Kind: policies.Completed, Status: 200, WentUpstream: true, Usage: u}
+// Completed is a Completed end with usage u.
+func Completed(u *llmapi.Usage) policytest.End {
+	return policytest.End{Outcome: policies.Outcome{Kind: policies.Completed, Status: 200, WentUpstream: true}, Usage: u}
 }
 
 // Usage is complete authoritative usage for n choices.
