@@ -168,12 +168,17 @@ type finalRecord struct {
 	StateOK bool
 }
 
-// recLog collects recorder events per request id. Safe for concurrent use.
+// recLog collects recorder events per request id, and every recorder built
+// (lifecycle_test.go checks their Close calls). Safe for concurrent use.
 type recLog struct {
 	mu       sync.Mutex
 	finals   map[string][]finalRecord
 	requests map[string][]string
 	changed  chan struct{}
+	built    []*recorder
+	// misuse lists lifecycle violations: a phase on a closed instance, a
+	// second Close.
+	misuse []string
 }
 
 func newRecLog() *recLog {
@@ -238,9 +243,12 @@ type recorder struct {
 	id   string
 	log  *recLog
 	slot string
+	// closes counts Close calls (lifecycle_test.go).
+	closes atomic.Int32
 }
 
 func (r *recorder) OnRequest(c *policies.Call) *gwerror.Error {
+	r.checkOpen("request")
 	r.log.addRequest(c.Shared.RequestID, r.p.Tag)
 	// Per-request state under this instance's own key.
 	c.Shared.Metadata[r.slot] = r.p.Tag + "/" + c.Shared.RequestID
@@ -257,6 +265,7 @@ func (r *recorder) OnRequest(c *policies.Call) *gwerror.Error {
 }
 
 func (r *recorder) OnResponse(c *policies.Call, resp *policies.Response) *gwerror.Error {
+	r.checkOpen("response")
 	if r.p.Panic == "response" {
 		panic("recorder panics in response")
 	}
@@ -264,12 +273,14 @@ func (r *recorder) OnResponse(c *policies.Call, resp *policies.Response) *gwerro
 }
 
 func (r *recorder) OnStreamEvent(c *policies.Call, ev *sse.Event) {
+	r.checkOpen("stream")
 	if r.p.Panic == "stream" {
 		panic("recorder panics in stream")
 	}
 }
 
 func (r *recorder) OnFinal(c *policies.Call, o *policies.Outcome) {
+	r.checkOpen("final")
 	ok := c.Shared.Metadata[r.slot] == r.p.Tag+"/"+c.Shared.RequestID
 	r.log.addFinal(c.Shared.RequestID, finalRecord{Tag: r.p.Tag, Kind: o.Kind, Status: o.Status, Usage: c.Shared.Usage(), StateOK: ok})
 }
@@ -277,7 +288,9 @@ func (r *recorder) OnFinal(c *policies.Call, o *policies.Outcome) {
 func testRegistry(log *recLog) *policies.Registry {
 	def := policies.Define("recorder", "v1", "records every phase (tests only)",
 		func(p *recParams, ri policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-			return &recorder{p: *p, id: ri.InstanceID, log: log, slot: sharedctx.InstanceKey(ri.InstanceID, "rec")}, nil
+			r := &recorder{p: *p, id: ri.InstanceID, log: log, slot: sharedctx.InstanceKey(ri.InstanceID, "rec")}
+			log.addBuilt(r)
+			return r, nil
 		})
 	return policies.NewRegistry(def)
 }
@@ -318,6 +331,8 @@ func startGateway(t *testing.T, d *config.Deployment) *testEnv {
 func startGatewayWith(t *testing.T, d *config.Deployment, reg *prometheus.Registry) *testEnv {
 	t.Helper()
 	rl := newRecLog()
+	// Runs after serveGateway's cleanup (Shutdown): every instance closed.
+	t.Cleanup(func() { rl.checkAllClosed(t) })
 	logs := &proctest.Buffer{}
 	gw, base := serveGateway(t, d, Options{
 		Registry: testRegistry(rl),

@@ -62,6 +62,8 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
 	g.metrics.inflight.Inc()
 	x := &exchange{g: g, w: w, rc: *http.NewResponseController(w), r: r}
+	// Runs last, after the final phase, also when the handler panics.
+	defer x.releaseSnapshot()
 	defer func() {
 		v := recover()
 		if v != nil {
@@ -85,6 +87,14 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		x.record(start)
 	}()
 	x.serve()
+}
+
+// releaseSnapshot drops the request's reference to its snapshot (see
+// lifetime), once nothing of the request runs on it any more.
+func (x *exchange) releaseSnapshot() {
+	if x.snap != nil {
+		x.g.release(x.snap, true)
+	}
 }
 
 // finishAbort guarantees the run's final call on paths that did not finish it.
@@ -144,9 +154,13 @@ func (x *exchange) serve() {
 	}
 	w.Header().Set("X-Request-Id", x.reqID)
 
-	snap := g.snap.Load()
+	snap := g.acquire()
 	if snap == nil {
-		x.fail(gwerror.New(http.StatusServiceUnavailable, gwerror.TypeServer, "not_ready", "the gateway has no configuration loaded yet"))
+		msg := "the gateway has no configuration loaded yet"
+		if g.snap.Load() != nil {
+			msg = "the gateway is shutting down"
+		}
+		x.fail(gwerror.New(http.StatusServiceUnavailable, gwerror.TypeServer, "not_ready", msg))
 		return
 	}
 	x.snap = snap
