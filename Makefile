@@ -48,7 +48,7 @@ run: build
 	SLUICE_ADMIN_TOKEN="$$tok" $(BIN) serve
 
 # The whole test suite: Go unit, end-to-end, Redis and Node client tests,
-# then the console's unit tests (Vitest) and browser tests (playwright-core
+# then the console's lint (ESLint, tsc), unit tests (Vitest) and browser tests (playwright-core
 # driving Debian's chromium against a real sluice serve and mock-llm).
 test: test-node-deps build
 	$(GO) vet $(PKGS)
@@ -56,6 +56,7 @@ test: test-node-deps build
 	$(MAKE) test-console
 
 test-console: build
+	cd webui && npm run --silent lint
 	cd webui && npm run --silent test
 	cd webui && SLUICE_BIN=$(CURDIR)/$(BIN) npm run --silent test:browser
 
@@ -74,6 +75,7 @@ lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+	cd webui && npm run --silent lint
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -16,11 +16,11 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"sluice/counter"
 	"sluice/gwerror"
 	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/policies/ratelimit"
-	"sluice/policies/ratelimit/store"
 	"sluice/pricing"
 )
 
@@ -462,8 +462,8 @@ func TestRateDenialRetryAdvice(t *testing.T) {
 	}
 }
 
-func store1000(period time.Duration) store.Limit {
-	return store.Limit{Algorithm: store.TokenBucket, Max: 1000, Period: period}
+func store1000(period time.Duration) counter.Limit {
+	return counter.Limit{Algorithm: counter.TokenBucket, Max: 1000, Period: period}
 }
 
 // TestOpenAIGoDefaultRetries: the official openai-go client at its default

@@ -13,11 +13,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/counter/memory"
 	"sluice/gateway"
 	"sluice/gateway/config"
 	"sluice/policies"
 	"sluice/policies/builtin"
-	"sluice/policies/ratelimit/store/memstore"
 	"sluice/tokencount"
 )
 
@@ -39,7 +39,7 @@ func metricsGateway(t *testing.T, doc string, separate bool) (base, metricsBase 
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := memstore.New(memstore.Options{})
+	st := memory.New(memory.Options{})
 	t.Cleanup(func() { _ = st.Close() })
 	gw, err := gateway.New(gateway.Options{
 		Registry:        builtin.Registry(),

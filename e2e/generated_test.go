@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
 	"sluice/gateway/config"
 	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/platform/deploymentdoc"
 	"sluice/platform/generate"
 	"sluice/policies/ratelimit"
-	"sluice/policies/ratelimit/store"
 )
 
 // genDoc renders settings for one provider "gen" (type typ, at the mock) as
@@ -62,8 +62,8 @@ func TestGeneratedBackendAndConsumerLimitsStayApart(t *testing.T) {
 		resp, _ := env.mustSend("/gen/v1/chat/completions", app, req.body(), nil)
 		return resp.StatusCode
 	}
-	bucket := func(max int64) store.Limit {
-		return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: time.Hour}
+	bucket := func(max int64) counter.Limit {
+		return counter.Limit{Algorithm: counter.TokenBucket, Max: max, Period: time.Hour}
 	}
 	backendKey := counterKey("gen", "token-based-ratelimit", "total", bucket(1500))
 	consumerKey := func(app string) string { return counterKey("gen:"+app, "token-based-ratelimit", "total", bucket(1000)) }
@@ -144,7 +144,7 @@ func TestGeneratedGlobalAndPerResourceRequestLimits(t *testing.T) {
 			if res == "/chat/completions" {
 				max = 2
 			}
-			l := store.Limit{Algorithm: store.TokenBucket, Max: max, Period: time.Minute}
+			l := counter.Limit{Algorithm: counter.TokenBucket, Max: max, Period: time.Minute}
 			if rem := env.remaining(counterKey("gen"+res, "basic-ratelimit", "requests", l), l); rem != 0 {
 				t.Errorf("%s counter remaining %d, want 0", res, rem)
 			}
@@ -192,7 +192,7 @@ func TestGeneratedCostBudgetsBothScopes(t *testing.T) {
 	want := c.priceMicros("gpt-4o-mini", c.estimate(llmapi.ChatCompletions, req.body()), 30)
 	for scope, max := range map[string]int64{"gen": 50e6, "gen:app-a": 5e6} {
 		l, err := ratelimit.LimitFor("calendar", 30*24*time.Hour, max)
-		if err != nil || l.Algorithm != store.CalendarMonth {
+		if err != nil || l.Algorithm != counter.CalendarMonth {
 			t.Fatalf("30d calendar is not the calendar month: %+v %v", l, err)
 		}
 		if got := env.used(counterKey(scope, "llm-cost-based-ratelimit", "cost", l), l); got != want {

@@ -24,6 +24,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/counter"
+	"sluice/counter/countertest"
+	"sluice/counter/memory"
 	"sluice/gateway"
 	"sluice/gateway/config"
 	"sluice/gwerror"
@@ -33,9 +36,6 @@ import (
 	"sluice/policies"
 	"sluice/policies/builtin"
 	"sluice/policies/ratelimit"
-	"sluice/policies/ratelimit/store"
-	"sluice/policies/ratelimit/store/memstore"
-	"sluice/policies/ratelimit/store/storetest"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -151,8 +151,8 @@ type limitsEnv struct {
 	t        testing.TB
 	Base     string // gateway base URL, http://127.0.0.1:port
 	MockURL  string
-	Clock    *storetest.Clock // shared by the counter store and the policies
-	Store    *memstore.Store
+	Clock    *countertest.Clock // shared by the counter store and the policies
+	Store    *memory.Store
 	Tokens   *tokencount.Counter
 	Pricing  *pricing.Catalog
 	Metrics  *prometheus.Registry
@@ -165,10 +165,10 @@ type limitsEnv struct {
 
 // startLimitsEnv starts the upstreams and a gateway serving the deployment
 // doc (see the ${VAR}s above). clock nil: a clock frozen at limitsEpoch.
-func startLimitsEnv(t testing.TB, doc string, clock *storetest.Clock) *limitsEnv {
+func startLimitsEnv(t testing.TB, doc string, clock *countertest.Clock) *limitsEnv {
 	t.Helper()
 	if clock == nil {
-		clock = storetest.NewClock(limitsEpoch)
+		clock = countertest.NewClock(limitsEpoch)
 	}
 	env := &limitsEnv{t: t, Clock: clock, Tokens: tokencount.New(), Arrivals: &arrivals{}, Log: &proctest.Buffer{}}
 
@@ -192,7 +192,7 @@ func startLimitsEnv(t testing.TB, doc string, clock *storetest.Clock) *limitsEnv
 		t.Fatalf("pricing catalog: %v", err)
 	}
 	env.Pricing = cat
-	env.Store = memstore.New(memstore.Options{Now: clock.Now, SweepEvery: -1})
+	env.Store = memory.New(memory.Options{Now: clock.Now, SweepEvery: -1})
 	t.Cleanup(func() { _ = env.Store.Close() })
 	env.Metrics = prometheus.NewRegistry()
 
@@ -418,28 +418,28 @@ func (c chatReq) completion() int64 {
 
 // counterKey is the engine's key of a counter (docs/ratelimit.md, "Keys and
 // scopes"): {scope}:policy:meter:period.
-func counterKey(scope, policy, meter string, l store.Limit) string {
+func counterKey(scope, policy, meter string, l counter.Limit) string {
 	return ratelimit.GroupKey(scope, policy) + ":" + meter + ":" + ratelimit.PeriodLabel(l)
 }
 
 // window is a fixed-window limit of max units per d.
-var window = storetest.Window
+var window = countertest.Window
 
 // used reads a fixed-window counter's usage with Peek (charges nothing).
-func (e *limitsEnv) used(key string, l store.Limit) int64 {
+func (e *limitsEnv) used(key string, l counter.Limit) int64 {
 	e.t.Helper()
-	var res store.Result
-	if err := e.Store.Peek(context.Background(), []store.Debit{{Key: key, Limit: l}}, &res); err != nil {
+	var res counter.Result
+	if err := e.Store.Peek(context.Background(), []counter.Debit{{Key: key, Limit: l}}, &res); err != nil {
 		e.t.Fatalf("peek %s: %v", key, err)
 	}
 	return l.Max - res.Remaining[0]
 }
 
 // remaining reads a counter's remaining units with Peek (negative in debt).
-func (e *limitsEnv) remaining(key string, l store.Limit) int64 {
+func (e *limitsEnv) remaining(key string, l counter.Limit) int64 {
 	e.t.Helper()
-	var res store.Result
-	if err := e.Store.Peek(context.Background(), []store.Debit{{Key: key, Limit: l}}, &res); err != nil {
+	var res counter.Result
+	if err := e.Store.Peek(context.Background(), []counter.Debit{{Key: key, Limit: l}}, &res); err != nil {
 		e.t.Fatalf("peek %s: %v", key, err)
 	}
 	return res.Remaining[0]

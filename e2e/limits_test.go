@@ -19,12 +19,12 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"sluice/counter"
 	"sluice/gateway/config"
 	"sluice/gwerror"
 	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/policies/ratelimit"
-	"sluice/policies/ratelimit/store"
 )
 
 // These tests prove the limit rules of seeds 000 and 001 (DESIGN sections 4-6)
@@ -43,7 +43,7 @@ const (
 // these tests configure: its arithmetic is exact under a frozen clock).
 type mCounter struct {
 	key    string
-	limit  store.Limit
+	limit  counter.Limit
 	policy string
 	cost   bool // counts micro-USD
 	used   int64
@@ -114,8 +114,8 @@ func (e *limitsEnv) chat(ctxPath, app string, req chatReq, hdr map[string]string
 
 // retryAfterWindow is the Retry-After a denial by a fixed window must carry:
 // the seconds until the window ends, rounded up.
-func (e *limitsEnv) retryAfterWindow(l store.Limit) string {
-	_, end := store.WindowStart(l.Algorithm, l.Period, e.Clock.Now())
+func (e *limitsEnv) retryAfterWindow(l counter.Limit) string {
+	_, end := counter.WindowStart(l.Algorithm, l.Period, e.Clock.Now())
 	d := end.Sub(e.Clock.Now())
 	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
@@ -160,7 +160,7 @@ func (e *limitsEnv) step(label, ctxPath, app string, req chatReq, prompt int64, 
 			if got.LimitTokens != tightTok.limit.Max {
 				e.t.Fatalf("%s: x-ratelimit-limit-tokens %d, want %d", label, got.LimitTokens, tightTok.limit.Max)
 			}
-			_, end := store.WindowStart(tightTok.limit.Algorithm, tightTok.limit.Period, e.Clock.Now())
+			_, end := counter.WindowStart(tightTok.limit.Algorithm, tightTok.limit.Period, e.Clock.Now())
 			if want := ratelimit.ResetString(end.Sub(e.Clock.Now())); got.ResetTokens != want {
 				e.t.Fatalf("%s: x-ratelimit-reset-tokens %q, want %q (until the window ends)", label, got.ResetTokens, want)
 			}
@@ -634,7 +634,7 @@ func TestDebtRetryAfter(t *testing.T) {
 
 	t.Run("token bucket", func(t *testing.T) {
 		env := startLimitsEnv(t, deploymentDoc([]string{"app-a"}, consumerTokenRoute("d1", "token-bucket", L, "1m")), nil)
-		lim := store.Limit{Algorithm: store.TokenBucket, Max: L, Period: time.Minute}
+		lim := counter.Limit{Algorithm: counter.TokenBucket, Max: L, Period: time.Minute}
 		key := counterKey("d1:app-a", policyTokens, "total", lim)
 		a := env.chat("/d1", "app-a", req, nil)
 		if a.status != 200 || readRateHeaders(a.header).RemainingTokens != L-P {
@@ -721,9 +721,9 @@ func TestDenialEnvelope(t *testing.T) {
 	for _, tc := range []struct {
 		route, policy, code string
 		key                 string
-		lim                 store.Limit
+		lim                 counter.Limit
 	}{
-		{"e1", policyTokens, gwerror.CodeRateLimitExceeded, counterKey("e1:app-a", policyTokens, "total", store.Limit{Algorithm: store.TokenBucket, Max: 50, Period: time.Minute}), store.Limit{Algorithm: store.TokenBucket, Max: 50, Period: time.Minute}},
+		{"e1", policyTokens, gwerror.CodeRateLimitExceeded, counterKey("e1:app-a", policyTokens, "total", counter.Limit{Algorithm: counter.TokenBucket, Max: 50, Period: time.Minute}), counter.Limit{Algorithm: counter.TokenBucket, Max: 50, Period: time.Minute}},
 		{"e2", policyTokens, gwerror.CodeBudgetExceeded, counterKey("e2:app-a", policyTokens, "total", window(50, 24*time.Hour)), window(50, 24*time.Hour)},
 		{"e3", policyCost, gwerror.CodeBudgetExceeded, counterKey("e3:app-a", policyCost, "cost", window(10, 24*time.Hour)), window(10, 24*time.Hour)},
 	} {

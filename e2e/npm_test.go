@@ -18,14 +18,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/counter/countertest"
+	"sluice/counter/memory"
 	"sluice/gateway"
 	"sluice/gateway/config"
 	"sluice/internal/proctest"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
-	"sluice/policies/ratelimit/store/memstore"
-	"sluice/policies/ratelimit/store/storetest"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -103,8 +103,8 @@ func TestNPMClient(t *testing.T) {
 	logs := &proctest.Buffer{}
 	// The budget's counters run on a frozen clock, far from midnight UTC, so
 	// that the day cannot end between spending the budget and being denied.
-	clock := storetest.NewClock(limitsEpoch)
-	counters := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: -1})
+	clock := countertest.NewClock(limitsEpoch)
+	counters := memory.New(memory.Options{Now: clock.Now, SweepEvery: -1})
 	t.Cleanup(func() { _ = counters.Close() })
 	prices, err := pricing.New("")
 	if err != nil {

@@ -18,9 +18,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"sluice/counter/redisstore"
 	"sluice/internal/proctest"
 	"sluice/internal/redistest"
-	"sluice/policies/ratelimit/store/redisstore"
 	"sluice/tokencount"
 )
 

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter/redisstore"
 	"sluice/internal/proctest"
 	"sluice/internal/redistest"
-	"sluice/policies/ratelimit/store/redisstore"
 	"sluice/tokencount"
 )
 

@@ -21,14 +21,14 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
+	"sluice/counter/redisstore"
 	"sluice/gateway/config"
 	"sluice/gwerror/gwerrortest"
 	"sluice/internal/proctest"
 	"sluice/internal/redistest"
 	"sluice/llmapi"
 	"sluice/policies/ratelimit"
-	"sluice/policies/ratelimit/store"
-	"sluice/policies/ratelimit/store/redisstore"
 	"sluice/tokencount"
 )
 
@@ -372,11 +372,11 @@ func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int6
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// The engine keeps a scope's counters in one group (store.Debit.Group).
+	// The engine keeps a scope's counters in one group (counter.Debit.Group).
 	scope, policy := "replicas:"+replicaAppID, "token-based-ratelimit"
-	l := store.Limit{Algorithm: store.FixedWindow, Max: limit, Period: time.Hour}
-	debits := []store.Debit{{Key: counterKey(scope, policy, "total", l), Group: ratelimit.GroupKey(scope, policy), Limit: l}}
-	var res store.Result
+	l := counter.Limit{Algorithm: counter.FixedWindow, Max: limit, Period: time.Hour}
+	debits := []counter.Debit{{Key: counterKey(scope, policy, "total", l), Group: ratelimit.GroupKey(scope, policy), Limit: l}}
+	var res counter.Result
 	if err := s.Peek(ctx, debits, &res); err != nil {
 		t.Fatalf("peek the shared counter: %v", err)
 	}

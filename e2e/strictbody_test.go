@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
 	"sluice/gwerror"
 	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
-	"sluice/policies/ratelimit/store"
 )
 
 // These tests attack the edge parser the way a client with a valid key can:
@@ -70,7 +70,7 @@ const strictRoutes = `
 `
 
 // strictBudget is the usd route's counter: $0.01 in micro-USD per UTC day.
-var strictBudget = store.Limit{Algorithm: store.FixedWindow, Max: 10_000, Period: 24 * time.Hour}
+var strictBudget = counter.Limit{Algorithm: counter.FixedWindow, Max: 10_000, Period: 24 * time.Hour}
 
 func startStrictEnv(t *testing.T) *limitsEnv {
 	t.Helper()

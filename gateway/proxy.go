@@ -19,7 +19,6 @@ import (
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
-	"sluice/policies/ratelimit"
 	"sluice/sharedctx"
 	"sluice/sse"
 )
@@ -625,7 +624,7 @@ func (x *exchange) streamUsage(t *llmapi.StreamTracker) *llmapi.Usage {
 		model := x.call.Shared.ServedModel()
 		count = func(text string) int64 { return int64(tok.Count(model, text)) }
 	}
-	return t.CountedUsage(count, ratelimit.PromptTokens(x.call, tok))
+	return t.CountedUsage(count, policies.PromptTokens(x.call, tok))
 }
 
 // terminalEvent reports whether ev marks the normal end of a stream: OpenAI's

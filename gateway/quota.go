@@ -9,7 +9,6 @@ import (
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
-	"sluice/policies/ratelimit"
 )
 
 // quotaPath is the path, under a route's context, of the quota report.
@@ -45,7 +44,7 @@ type quotaLimit struct {
 
 // quota answers GET {context}/v1/quota: the caller is identified by every
 // policies.Identifier of the route's chain, in chain order (their errors are
-// rendered as is, e.g. 401), then every ratelimit.QuotaReporter reports the
+// rendered as is, e.g. 401), then every policies.QuotaReporter reports the
 // caller's counters. No request phase runs, nothing is reserved or charged,
 // and nothing goes upstream: counters are only peeked.
 func (x *exchange) quota(rest string) {
@@ -74,7 +73,7 @@ func (x *exchange) quota(rest string) {
 	}
 	now := g.now()
 	for i := range entries {
-		qr, ok := entries[i].Policy.(ratelimit.QuotaReporter)
+		qr, ok := entries[i].Policy.(policies.QuotaReporter)
 		if !ok {
 			continue
 		}
@@ -95,7 +94,7 @@ func (x *exchange) quota(rest string) {
 	_, _ = x.w.Write(body)
 }
 
-func toQuotaLimit(l ratelimit.QuotaLine, now time.Time) quotaLimit {
+func toQuotaLimit(l policies.QuotaLine, now time.Time) quotaLimit {
 	q := quotaLimit{
 		Policy: l.Policy, Scope: l.Scope, Dimension: l.Dimension, Period: l.Period,
 		Unit:              string(l.Unit),
@@ -104,7 +103,7 @@ func toQuotaLimit(l ratelimit.QuotaLine, now time.Time) quotaLimit {
 		ResetAfterSeconds: ceilSeconds(l.ResetAfter),
 		ResetsAt:          ceilSecond(now.Add(max(l.ResetAfter, 0))).UTC().Format(time.RFC3339),
 	}
-	if l.Unit == ratelimit.UnitUSDMicros {
+	if l.Unit == policies.UnitUSDMicros {
 		q.Unit = "usd"
 		q.Limit = json.Number(microsToDecimal(l.Limit))
 		q.Remaining = json.Number(microsToDecimal(l.Remaining))

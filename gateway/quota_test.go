@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter/memory"
 	"sluice/gateway/config"
 	"sluice/gwerror"
 	"sluice/internal/proctest"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
-	"sluice/policies/ratelimit/store/memstore"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -36,7 +36,7 @@ const (
 func startBuiltinGateway(t *testing.T, d *config.Deployment) (base string, logs *proctest.Buffer) {
 	t.Helper()
 	now := func() time.Time { return quotaNow }
-	counters := memstore.New(memstore.Options{Now: now, SweepEvery: -1})
+	counters := memory.New(memory.Options{Now: now, SweepEvery: -1})
 	t.Cleanup(func() { _ = counters.Close() })
 	prices, err := pricing.New("")
 	if err != nil {

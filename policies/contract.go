@@ -26,11 +26,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/counter"
 	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/internal/promreg"
 	"sluice/llmapi"
-	"sluice/policies/ratelimit/store"
 	"sluice/pricing"
 	"sluice/sharedctx"
 	"sluice/sse"
@@ -215,7 +215,7 @@ type Services struct {
 	// deployment's applications.
 	Keys KeyIndex
 	// Counters is the counter store limit policies charge.
-	Counters store.Store
+	Counters counter.Store
 	// Pricing is the model price catalog.
 	Pricing *pricing.Catalog
 	// Tokens estimates prompt tokens.

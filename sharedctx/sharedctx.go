@@ -104,12 +104,9 @@ func (c *SharedContext) String(key string) string {
 }
 
 // Float returns Metadata[key] as a float64 and whether it was present and
-// numeric. A MicroUSD (x-llm-cost) is returned in USD, the unit in which
-// metadata cost extraction (advanced-ratelimit) has always read it.
+// numeric. The cost (x-llm-cost) is read with CostMicroUSD, not here.
 func (c *SharedContext) Float(key string) (float64, bool) {
 	switch v := c.Metadata[key].(type) {
-	case MicroUSD:
-		return v.USD(), true
 	case float64:
 		return v, true
 	case int64:

@@ -26,13 +26,13 @@ import (
 	"sync"
 	"time"
 
+	"sluice/counter/memory"
 	"sluice/gateway"
 	"sluice/gateway/pull"
 	"sluice/platform/deploymentdoc"
 	"sluice/platform/generate"
 	"sluice/policies"
 	"sluice/policies/builtin"
-	"sluice/policies/ratelimit/store/memstore"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -450,7 +450,7 @@ func loadDeployment(apps, providers int) error {
 		return err
 	}
 	gw, err := gateway.New(gateway.Options{Registry: builtin.Registry(), Logger: slog.New(slog.DiscardHandler),
-		Services: policies.Services{Counters: memstore.New(memstore.Options{}), Pricing: cat, Tokens: tokencount.New(), Now: time.Now}})
+		Services: policies.Services{Counters: memory.New(memory.Options{}), Pricing: cat, Tokens: tokencount.New(), Now: time.Now}})
 	if err != nil {
 		return err
 	}

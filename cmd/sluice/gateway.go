@@ -20,9 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"sluice/counter/counterconfig"
 	"sluice/gateway"
 	"sluice/gateway/config"
-	"sluice/gateway/counters"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
@@ -93,8 +93,8 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	redis.SetLogger(&counters.RedisClientLogger{Logger: logger, Interval: 10 * time.Second})
-	counterStore, err := counters.New(d.Counters, counters.Options{Logger: logger, Metrics: reg, Now: time.Now})
+	redis.SetLogger(&counterconfig.RedisClientLogger{Logger: logger, Interval: 10 * time.Second})
+	counterStore, err := counterconfig.New(d.Counters, counterconfig.Options{Logger: logger, Metrics: reg, Now: time.Now})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
@@ -138,7 +138,7 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		logger.Info("reloading configuration", "trigger", why)
 		if gw.Reload(func() (*config.Deployment, error) {
 			nd, err := load()
-			if err == nil && !counters.Equal(nd.Counters, running) {
+			if err == nil && !counterconfig.Equal(nd.Counters, running) {
 				logger.Warn("the counters section changed; the counter store is chosen at startup and the running one stays until restart",
 					"running", running.Backend, "file", nd.Counters.Backend)
 			}
@@ -261,7 +261,7 @@ func logDeployment(logger *slog.Logger, d *config.Deployment) {
 		logger.Info("route", "name", r.Name, "context", r.Context, "provider", r.Provider,
 			"upstream", urls[r.Provider], "policies", len(r.Policies))
 	}
-	logger.Info("counter store", counters.Describe(d.Counters)...)
+	logger.Info("counter store", counterconfig.Describe(d.Counters)...)
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"sluice/counter/counterconfig"
 	"sluice/gateway"
 	"sluice/gateway/config"
-	"sluice/gateway/counters"
 	"sluice/gateway/pull"
 	"sluice/policies"
 	"sluice/policies/builtin"
@@ -54,8 +54,8 @@ func (o pulledGateway) run(ctx context.Context, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	redis.SetLogger(&counters.RedisClientLogger{Logger: logger, Interval: 10 * time.Second})
-	counterStore, err := counters.New(d.Counters, counters.Options{Logger: logger, Metrics: reg, Now: time.Now})
+	redis.SetLogger(&counterconfig.RedisClientLogger{Logger: logger, Interval: 10 * time.Second})
+	counterStore, err := counterconfig.New(d.Counters, counterconfig.Options{Logger: logger, Metrics: reg, Now: time.Now})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
@@ -76,7 +76,7 @@ func (o pulledGateway) run(ctx context.Context, stderr io.Writer) int {
 		Services: policies.Services{Logger: logger, Now: time.Now, Counters: counterStore, Pricing: prices, Tokens: tokens, Metrics: reg},
 		// Every key lookup is recorded for the platform's "last used".
 		KeyIndex: func(d *config.Deployment) (policies.KeyIndex, error) {
-			if !counters.Equal(d.Counters, running) {
+			if !counterconfig.Equal(d.Counters, running) {
 				logger.Warn("the counters section changed; the counter store is chosen at startup and the running one stays until restart",
 					"running", running.Backend, "deployment", d.Counters.Backend)
 			}

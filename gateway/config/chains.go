@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"sluice/counter"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
 	"sluice/pricing"
 	"sluice/sharedctx"
 	"sluice/tokencount"
@@ -206,14 +206,14 @@ func checkServices(d *Deployment) *policies.Services {
 
 type unavailableStore struct{}
 
-func (unavailableStore) Reserve(context.Context, []store.Debit, *store.Result) error {
-	return store.ErrUnavailable
+func (unavailableStore) Reserve(context.Context, []counter.Debit, *counter.Result) error {
+	return counter.ErrUnavailable
 }
-func (unavailableStore) Adjust(context.Context, []store.Debit, *store.Ticket, []int64) error {
-	return store.ErrUnavailable
+func (unavailableStore) Adjust(context.Context, []counter.Debit, *counter.Ticket, []int64) error {
+	return counter.ErrUnavailable
 }
-func (unavailableStore) Peek(context.Context, []store.Debit, *store.Result) error {
-	return store.ErrUnavailable
+func (unavailableStore) Peek(context.Context, []counter.Debit, *counter.Result) error {
+	return counter.ErrUnavailable
 }
 func (unavailableStore) Close() error { return nil }
 

@@ -47,7 +47,7 @@ func storeOwnedURLOption(name string) string {
 }
 
 // redisProblems checks the counters.redis section as the Redis store
-// (policies/ratelimit/store/redisstore) and go-redis will read it, so that
+// (counter/redisstore) and go-redis will read it, so that
 // `sluice validate` refuses what would fail, or silently mean something else,
 // only when the gateway starts. Messages never show the password.
 func redisProblems(r Redis) []redisProblem {

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	"sluice/counter"
 	"sluice/gateway/config"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -61,13 +61,13 @@ func (c *Checker) Check(d *Deployment) error {
 // unreachable is a counter store for chain construction only.
 type unreachable struct{}
 
-func (unreachable) Reserve(context.Context, []store.Debit, *store.Result) error {
-	return store.ErrUnavailable
+func (unreachable) Reserve(context.Context, []counter.Debit, *counter.Result) error {
+	return counter.ErrUnavailable
 }
-func (unreachable) Adjust(context.Context, []store.Debit, *store.Ticket, []int64) error {
-	return store.ErrUnavailable
+func (unreachable) Adjust(context.Context, []counter.Debit, *counter.Ticket, []int64) error {
+	return counter.ErrUnavailable
 }
-func (unreachable) Peek(context.Context, []store.Debit, *store.Result) error {
-	return store.ErrUnavailable
+func (unreachable) Peek(context.Context, []counter.Debit, *counter.Result) error {
+	return counter.ErrUnavailable
 }
 func (unreachable) Close() error { return nil }

@@ -74,22 +74,22 @@ type Policy struct {
 }
 
 var (
-	_ policies.Finalizer      = (*Policy)(nil)
-	_ ratelimit.QuotaReporter = (*Policy)(nil)
+	_ policies.Finalizer     = (*Policy)(nil)
+	_ policies.QuotaReporter = (*Policy)(nil)
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	counters := make([]ratelimit.Counter, len(p.Limits))
+	limits := make([]ratelimit.Limit, len(p.Limits))
 	for i, l := range p.Limits {
 		lim, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Requests)
 		if err != nil {
 			return nil, err
 		}
-		counters[i] = ratelimit.Counter{Meter: 0, Limit: lim}
+		limits[i] = ratelimit.Limit{Meter: 0, Capacity: lim}
 	}
-	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Counters: counters,
+	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: limits,
 		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
-		Meters: []ratelimit.Meter{{Name: "requests", Unit: ratelimit.UnitRequests}}})
+		Meters: []ratelimit.Meter{{Name: "requests", Unit: policies.UnitRequests}}})
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +118,6 @@ func (p *Policy) Actual(_ *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 }
 
 // Quota reports the caller's counters.
-func (p *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
+func (p *Policy) Quota(c *policies.Call) []policies.QuotaLine {
 	return p.eng.Quota(c.Ctx, p.scoper.ScopeOf(p.eng, c, p.scoper.ID(c)), p.eng.AllCounters())
 }

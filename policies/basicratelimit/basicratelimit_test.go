@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/basicratelimit"
 	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
-	"sluice/policies/ratelimit/store"
 )
 
 const route = "r"
@@ -27,7 +27,7 @@ func TestRequestCounting(t *testing.T) {
 		{"cancelled counts", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}}, false, 1},
 		{"later rejection refunds", ratelimittest.Completed(nil), true, 0},
 	}
-	l := store.Limit{Algorithm: store.TokenBucket, Max: 5, Period: time.Minute}
+	l := counter.Limit{Algorithm: counter.TokenBucket, Max: 5, Period: time.Minute}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := ratelimittest.New(t, basicratelimit.Definition())

@@ -4,12 +4,12 @@ package builtin
 
 import (
 	"sluice/policies"
+	"sluice/policies/advancedratelimit"
 	"sluice/policies/apikeyauth"
 	"sluice/policies/basicratelimit"
 	"sluice/policies/costratelimit"
 	"sluice/policies/llmcost"
 	"sluice/policies/modelaccess"
-	"sluice/policies/ratelimit"
 	"sluice/policies/tokenratelimit"
 )
 
@@ -22,7 +22,7 @@ func Definitions() []policies.Definition {
 		tokenratelimit.Definition(),
 		basicratelimit.Definition(),
 		costratelimit.Definition(),
-		ratelimit.Definition(),
+		advancedratelimit.Definition(),
 	}
 }
 

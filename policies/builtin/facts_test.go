@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
 	"sluice/policies"
 	"sluice/policies/builtin"
 	"sluice/policies/ratelimit/ratelimittest"
-	"sluice/policies/ratelimit/store"
 )
 
 // TestReadersAgreeOnTheFacts runs every built-in that reads the served model,
@@ -66,16 +66,16 @@ func TestReadersAgreeOnTheFacts(t *testing.T) {
 	if got, ok := call.Shared.CostMicroUSD(); !ok || got != price {
 		t.Errorf("x-llm-cost %d µUSD (set %v), want %d: the price of the usage for the served model", got, ok, price)
 	}
-	bucket := func(max int64) store.Limit {
-		return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: time.Hour}
+	bucket := func(max int64) counter.Limit {
+		return counter.Limit{Algorithm: counter.TokenBucket, Max: max, Period: time.Hour}
 	}
-	day := func(max int64) store.Limit {
-		return store.Limit{Algorithm: store.FixedWindow, Max: max, Period: 24 * time.Hour}
+	day := func(max int64) counter.Limit {
+		return counter.Limit{Algorithm: counter.FixedWindow, Max: max, Period: 24 * time.Hour}
 	}
 	for _, c := range []struct {
 		what  string
 		key   string
-		l     store.Limit
+		l     counter.Limit
 		spent int64
 	}{
 		{"token limit", "{r}:token-based-ratelimit:total:bucket-1h", bucket(1_000_000), usage.TotalTokens},

@@ -170,9 +170,9 @@ type Policy struct {
 }
 
 var (
-	_ policies.Finalizer      = (*Policy)(nil)
-	_ policies.ChainLinker    = (*Policy)(nil)
-	_ ratelimit.QuotaReporter = (*Policy)(nil)
+	_ policies.Finalizer     = (*Policy)(nil)
+	_ policies.ChainLinker   = (*Policy)(nil)
+	_ policies.QuotaReporter = (*Policy)(nil)
 )
 
 // LinkChain links the instance to the first llm-cost after it, the one whose
@@ -188,7 +188,7 @@ func (p *Policy) LinkChain(entries []policies.Entry, self int) error {
 }
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	var counters []ratelimit.Counter
+	var limits []ratelimit.Limit
 	add := func(ls []BudgetLimit) ([]int, error) {
 		var idx []int
 		for _, l := range ls {
@@ -196,8 +196,8 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 			if err != nil {
 				return nil, err
 			}
-			idx = append(idx, len(counters))
-			counters = append(counters, ratelimit.Counter{Meter: 0, Limit: lim})
+			idx = append(idx, len(limits))
+			limits = append(limits, ratelimit.Limit{Meter: 0, Capacity: lim})
 		}
 		return idx, nil
 	}
@@ -217,9 +217,9 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 			pol.overrideOf[app] = i + 1
 		}
 	}
-	pol.eng, err = ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Counters: counters,
+	pol.eng, err = ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: limits,
 		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
-		Meters: []ratelimit.Meter{{Name: "cost", Unit: ratelimit.UnitUSDMicros}}})
+		Meters: []ratelimit.Meter{{Name: "cost", Unit: policies.UnitUSDMicros}}})
 	if err != nil {
 		return nil, err
 	}
@@ -246,11 +246,11 @@ func (p *Policy) Estimate(c *policies.Call) (micros int64, ok bool) {
 	if pricer == nil {
 		return 0, false
 	}
-	m, ok := pricer.Resolve(ratelimit.RequestModel(c))
+	m, ok := pricer.Resolve(c.Shared.ServedModel())
 	if !ok {
 		return 0, false
 	}
-	prompt := ratelimit.PromptTokens(c, p.svc.Tokens)
+	prompt := policies.PromptTokens(c, p.svc.Tokens)
 	var out int64
 	if bound, n, ok := ratelimit.OutputBound(c, 0); ok && p.reserveOut {
 		out = satmath.Mul(bound, n)
@@ -263,7 +263,7 @@ func (p *Policy) Estimate(c *policies.Call) (micros int64, ok bool) {
 func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	est, ok := p.Estimate(c)
 	if !ok {
-		return ratelimit.ModelNotPriced(Name, p.route, ratelimit.RequestModel(c))
+		return ratelimit.ModelNotPriced(Name, p.route, c.Shared.ServedModel())
 	}
 	id := p.scoper.ID(c)
 	a := ratelimit.Admission{Scope: p.scoper.ScopeOf(p.eng, c, id), Counters: p.sel(id)}
@@ -283,7 +283,7 @@ func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) { p.eng.Finish(c
 // stream or from usage the gateway counted (x-llm-cost-status "estimated"),
 // none otherwise.
 func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) ratelimit.Trust {
-	trust := ratelimit.CostTrust(c, o)
+	trust := ratelimit.CostTrust(c)
 	if trust == ratelimit.TrustNone {
 		return trust
 	}
@@ -296,7 +296,7 @@ func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 }
 
 // Quota reports the caller's budgets.
-func (p *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
+func (p *Policy) Quota(c *policies.Call) []policies.QuotaLine {
 	id := p.scoper.ID(c)
 	return p.eng.Quota(c.Ctx, p.scoper.ScopeOf(p.eng, c, id), p.sel(id))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/counter"
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
@@ -15,7 +16,6 @@ import (
 	"sluice/policies/llmcost"
 	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
-	"sluice/policies/ratelimit/store"
 	"sluice/pricing"
 	"sluice/sharedctx"
 )
@@ -26,8 +26,8 @@ func budget(amount float64, d string) []any {
 	return []any{map[string]any{"amount": amount, "duration": d}}
 }
 
-func dayWindow(max int64) store.Limit {
-	return store.Limit{Algorithm: store.FixedWindow, Max: max, Period: 24 * time.Hour}
+func dayWindow(max int64) counter.Limit {
+	return counter.Limit{Algorithm: counter.FixedWindow, Max: max, Period: 24 * time.Hour}
 }
 
 func newHarness(t *testing.T) *ratelimittest.Harness {

@@ -1,5 +1,8 @@
-// Package ratelimit is the rate-limit engine that every limit policy uses, and
-// the general `advanced-ratelimit` policy built on it.
+// Package ratelimit is the rate-limit engine that the limit policies
+// (basic-ratelimit, token-based-ratelimit, llm-cost-based-ratelimit,
+// advanced-ratelimit; one package each) share: their configured limits and
+// meters, counter scopes and keys, reservations and their resolution, and
+// the quota report. It charges the counter store (package counter).
 //
 // An Engine belongs to one policy instance. For each request the policy picks a
 // scope (route, route:app, or extracted keys), the counters that apply, and the
@@ -21,11 +24,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/counter"
 	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/internal/satmath"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
 	"sluice/sharedctx"
 )
 
@@ -44,10 +47,11 @@ type Options struct {
 	Route    policies.RouteInfo
 	Services *policies.Services
 	Meters   []Meter
-	Counters []Counter
-	// Key, when set, builds the key of counter i for a scope (advanced-ratelimit
-	// uses it for quotas with their own key extraction). Default: StandardKey.
-	Key func(scope string, counter int) string
+	Limits   []Limit
+	// Key, when set, builds the key of the counter of limit i under a scope
+	// (advanced-ratelimit uses it for quotas with their own key extraction).
+	// Default: StandardKey.
+	Key func(scope string, i int) string
 	// Scope says what the engine's scopes are, for denial messages and
 	// X-Sluice-Policy (default ScopeRoute).
 	Scope ScopeKind
@@ -72,11 +76,11 @@ type Engine struct {
 	policy   string
 	route    policies.RouteInfo
 	slot     string
-	counters []Counter
+	limits   []Limit
 	meters   []Meter
-	store    store.Store
+	counters counter.Store
 	logger   *slog.Logger
-	keyFn    func(scope string, counter int) string
+	keyFn    func(scope string, i int) string
 	// standardKeys: keyFn is StandardKey, so a scope's counters share its
 	// hash tag and are kept in one store group (Scope.Group).
 	standardKeys bool
@@ -85,14 +89,14 @@ type Engine struct {
 
 	scopes    sync.Map // scope id -> *Scope
 	scopeN    atomic.Int64
-	results   sync.Pool // *store.Result
+	results   sync.Pool // *counter.Result
 	open      atomic.Int64
 	m         *metrics
 	allCounts []int
 }
 
 // Scope is a resolved counter scope: its name, the key of every counter of
-// the engine under it, and the store.Debit.Group they are kept in. Immutable
+// the engine under it, and the counter.Debit.Group they are kept in. Immutable
 // once built.
 type Scope struct {
 	// ID is what Engine.Scope was called with (the application id of a
@@ -114,11 +118,11 @@ func New(o Options) (*Engine, error) {
 	if len(o.Meters) == 0 || len(o.Meters) > MaxMeters {
 		return nil, fmt.Errorf("ratelimit: %d meters (want 1..%d)", len(o.Meters), MaxMeters)
 	}
-	for i, c := range o.Counters {
+	for i, c := range o.Limits {
 		if c.Meter < 0 || c.Meter >= len(o.Meters) {
-			return nil, fmt.Errorf("ratelimit: counter %d has no meter", i)
+			return nil, fmt.Errorf("ratelimit: limit %d has no meter", i)
 		}
-		if err := c.Limit.Validate(); err != nil {
+		if err := c.Capacity.Validate(); err != nil {
 			return nil, err
 		}
 	}
@@ -130,9 +134,9 @@ func New(o Options) (*Engine, error) {
 		policy:    o.Policy,
 		route:     o.Route,
 		slot:      sharedctx.InstanceKey(o.Route.InstanceID, ReservationSlot),
-		counters:  o.Counters,
+		limits:    o.Limits,
 		meters:    o.Meters,
-		store:     svc.Counters,
+		counters:  svc.Counters,
 		logger:    logger,
 		keyFn:     o.Key,
 		scopeKind: o.Scope,
@@ -145,9 +149,9 @@ func New(o Options) (*Engine, error) {
 		e.keyFn = e.StandardKey
 		e.standardKeys = true
 	}
-	e.results.New = func() any { return new(store.Result) }
+	e.results.New = func() any { return new(counter.Result) }
 	e.m = newMetrics(svc.Metrics, o.Route.RouteName, o.Policy, o.Meters)
-	e.allCounts = make([]int, len(o.Counters))
+	e.allCounts = make([]int, len(o.Limits))
 	for i := range e.allCounts {
 		e.allCounts[i] = i
 	}
@@ -160,8 +164,8 @@ func (e *Engine) Slot() string { return e.slot }
 // Policy is the policy name.
 func (e *Engine) Policy() string { return e.policy }
 
-// Counters returns the engine's counters (read-only).
-func (e *Engine) Counters() []Counter { return e.counters }
+// Limits returns the engine's limits (read-only).
+func (e *Engine) Limits() []Limit { return e.limits }
 
 // Meters returns the engine's meters (read-only).
 func (e *Engine) Meters() []Meter { return e.meters }
@@ -174,15 +178,15 @@ func (e *Engine) OpenReservations() int64 { return e.open.Load() }
 // for a model rule's counter. The braces are a Redis Cluster hash tag: all
 // counters of one scope live in one slot, so one reservation is one script.
 func (e *Engine) StandardKey(scope string, i int) string {
-	c := e.counters[i]
-	k := GroupKey(scope, e.policy) + ":" + e.meters[c.Meter].Name + ":" + PeriodLabel(c.Limit)
+	c := e.limits[i]
+	k := GroupKey(scope, e.policy) + ":" + e.meters[c.Meter].Name + ":" + PeriodLabel(c.Capacity)
 	if c.Rule != "" {
 		k += ":model:" + c.Rule
 	}
 	return k
 }
 
-// GroupKey is "{scope}:<policy>": the store.Debit.Group of policy's counters
+// GroupKey is "{scope}:<policy>": the counter.Debit.Group of policy's counters
 // under scope with the standard keys, and the start of each of their keys.
 func GroupKey(scope, policy string) string { return "{" + scope + "}:" + policy }
 
@@ -193,8 +197,8 @@ func (e *Engine) Scope(id string, name func(id string) string) *Scope {
 	if v, ok := e.scopes.Load(id); ok {
 		return v.(*Scope)
 	}
-	s := &Scope{ID: id, Name: name(id), Keys: make([]string, len(e.counters))}
-	for i := range e.counters {
+	s := &Scope{ID: id, Name: name(id), Keys: make([]string, len(e.limits))}
+	for i := range e.limits {
 		s.Keys[i] = e.keyFn(s.Name, i)
 	}
 	if e.standardKeys {
@@ -211,8 +215,8 @@ func (e *Engine) Scope(id string, name func(id string) string) *Scope {
 // Admission is one request's charge: where, which counters, how much.
 type Admission struct {
 	Scope *Scope
-	// Counters are indexes into the engine's counters (read-only; policies
-	// precompute these selections).
+	// Counters selects the counters of Scope charged: indexes into the
+	// engine's limits (read-only; policies precompute these selections).
 	Counters []int
 	// Amounts is the estimate per meter, excluding the output reservation.
 	Amounts Amounts
@@ -258,7 +262,7 @@ func (e *Engine) Reserve(c *policies.Call, a *Admission) (*Reservation, *gwerror
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	res := e.results.Get().(*store.Result)
+	res := e.results.Get().(*counter.Result)
 	defer e.results.Put(res)
 	if err := e.storeReserve(ctx, r.debits, res); err != nil {
 		return nil, e.storeError(c, err)
@@ -289,18 +293,18 @@ func (e *Engine) Reserve(c *policies.Call, a *Admission) (*Reservation, *gwerror
 }
 
 // Peek fills res with the state of counters sel under scope without charging.
-func (e *Engine) Peek(ctx context.Context, scope *Scope, sel []int, res *store.Result) error {
-	var arr [inlineDebits]store.Debit
+func (e *Engine) Peek(ctx context.Context, scope *Scope, sel []int, res *counter.Result) error {
+	var arr [inlineDebits]counter.Debit
 	debits := arr[:0]
 	for _, i := range sel {
-		debits = append(debits, store.Debit{Key: scope.Keys[i], Group: scope.Group, Limit: e.counters[i].Limit})
+		debits = append(debits, counter.Debit{Key: scope.Keys[i], Group: scope.Group, Limit: e.limits[i].Capacity})
 	}
 	return e.storePeek(ctx, debits, res)
 }
 
-func (e *Engine) storeReserve(ctx context.Context, debits []store.Debit, res *store.Result) error {
+func (e *Engine) storeReserve(ctx context.Context, debits []counter.Debit, res *counter.Result) error {
 	start := time.Now()
-	return e.observe(opReserve, start, e.store.Reserve(ctx, debits, res))
+	return e.observe(opReserve, start, e.counters.Reserve(ctx, debits, res))
 }
 
 // observe records a store call of op that started at start and returns its
@@ -317,9 +321,9 @@ func (e *Engine) observe(op int, start time.Time, err error) error {
 // output (>= 1, < a.Output) that every counter of an output meter affords
 // together with the rest of the estimate. ok is false when clamping cannot
 // help (a counter without output is the one short, or not even 1 fits).
-func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admission, res *store.Result) (int64, bool) {
+func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admission, res *counter.Result) (int64, bool) {
 	d := res.Denied
-	if d < 0 || d >= len(r.sel) || a.OutputMeters&(1<<uint(e.counters[r.sel[d]].Meter)) == 0 || a.Choices < 1 {
+	if d < 0 || d >= len(r.sel) || a.OutputMeters&(1<<uint(e.limits[r.sel[d]].Meter)) == 0 || a.Choices < 1 {
 		return 0, false
 	}
 	if err := e.storePeek(ctx, r.debits, res); err != nil {
@@ -328,14 +332,14 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 	best := a.Output - 1
 	for i, db := range r.debits {
 		rem := res.Remaining[i]
-		if a.OutputMeters&(1<<uint(e.counters[r.sel[i]].Meter)) == 0 {
+		if a.OutputMeters&(1<<uint(e.limits[r.sel[i]].Meter)) == 0 {
 			if rem < db.Amount {
 				return 0, false
 			}
 			continue
 		}
 		// What the counter affords beyond the rest of the estimate, per choice.
-		base, fit := a.Amounts[e.counters[r.sel[i]].Meter], int64(0)
+		base, fit := a.Amounts[e.limits[r.sel[i]].Meter], int64(0)
 		if rem > base {
 			fit = (rem - base) / a.Choices
 		}
@@ -347,14 +351,14 @@ func (e *Engine) affordableOutput(ctx context.Context, r *Reservation, a *Admiss
 	return best, true
 }
 
-func (e *Engine) storePeek(ctx context.Context, debits []store.Debit, res *store.Result) error {
+func (e *Engine) storePeek(ctx context.Context, debits []counter.Debit, res *counter.Result) error {
 	start := time.Now()
-	return e.observe(opPeek, start, e.store.Peek(ctx, debits, res))
+	return e.observe(opPeek, start, e.counters.Peek(ctx, debits, res))
 }
 
 func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {
 	e.m.denied[reasonStore].Inc()
-	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, counter.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		// The store logs its outage, rate-limited; a line per request
 		// here would flood the log for as long as it lasts.
 		e.logger.Debug("rate-limit store unavailable", "policy", e.policy, "route", e.route.RouteName,
@@ -377,30 +381,30 @@ func (e *Engine) storeError(c *policies.Call, err error) *gwerror.Error {
 // this request could be afforded), and x-should-retry tells SDKs whether a
 // retry is worth it: yes for a rate whose wait is at most MaxRetryWait, no
 // for a budget, a longer wait, or a request that can never fit.
-func (e *Engine) denial(r *Reservation, a *Admission, res *store.Result) *gwerror.Error {
+func (e *Engine) denial(r *Reservation, a *Admission, res *counter.Result) *gwerror.Error {
 	d := max(res.Denied, 0)
-	cnt := e.counters[r.sel[d]]
+	cnt := e.limits[r.sel[d]]
 	meter := e.meters[cnt.Meter]
 	what := meter.Name
 	if cnt.Rule != "" {
 		what += " (model rule " + cnt.Rule + ")"
 	}
 	code, reason := gwerror.CodeRateLimitExceeded, reasonRate
-	if IsBudget(meter.Unit, cnt.Limit) {
+	if IsBudget(meter.Unit, cnt.Capacity) {
 		code, reason = gwerror.CodeBudgetExceeded, reasonBudget
 	}
 	g := &gwerror.Error{Status: http.StatusTooManyRequests, Type: gwerror.TypeRateLimit, Code: code, Policy: e.policy,
 		Scope: e.scopeLabel(meter), ShouldRetry: gwerror.RetryNo}
 	now := e.now()
 	if d < len(res.Remaining) {
-		g.Limits.Set(kindOf(meter), dialect.Counter{Limit: cnt.Limit.Max, Remaining: res.Remaining[d], Reset: res.ResetAfter[d], At: now})
+		g.Limits.Set(kindOf(meter), dialect.Counter{Limit: cnt.Capacity.Max, Remaining: res.Remaining[d], Reset: res.ResetAfter[d], At: now})
 	}
 	need := a.amount(cnt.Meter) // the debit itself may be capped (Reservation.fill)
 	where := e.scopePhrase(a.Scope, meter)
 	if res.Never {
 		e.m.denied[reasonNever].Inc()
 		g.Message = fmt.Sprintf("%s: this request needs %s of %s, more than the limit of %s %s for %s; it can never be admitted",
-			e.policy, formatUnits(meter.Unit, need), what, formatUnits(meter.Unit, cnt.Limit.Max), HumanPeriod(cnt.Limit), where)
+			e.policy, formatUnits(meter.Unit, need), what, formatUnits(meter.Unit, cnt.Capacity.Max), HumanPeriod(cnt.Capacity), where)
 		return g
 	}
 	e.m.denied[reason].Inc()
@@ -412,7 +416,7 @@ func (e *Engine) denial(r *Reservation, a *Admission, res *store.Result) *gwerro
 		g.ShouldRetry = gwerror.RetryYes
 	}
 	g.Message = fmt.Sprintf("%s: %s exceeded for %s: %s limit %s %s; this request needs %s",
-		e.policy, kind, where, what, formatUnits(meter.Unit, cnt.Limit.Max), HumanPeriod(cnt.Limit), formatUnits(meter.Unit, need))
+		e.policy, kind, where, what, formatUnits(meter.Unit, cnt.Capacity.Max), HumanPeriod(cnt.Capacity), formatUnits(meter.Unit, need))
 	if reason == reasonRate && g.RetryAfter > 0 {
 		g.Message += fmt.Sprintf("; retry after %ds", int64((g.RetryAfter+time.Second-1)/time.Second))
 	}
@@ -450,8 +454,8 @@ func (e *Engine) scopePhrase(s *Scope, meter Meter) string {
 	return "route " + e.route.RouteName + " (shared by every application)"
 }
 
-func formatUnits(u Unit, n int64) string {
-	if u == UnitUSDMicros {
+func formatUnits(u policies.Unit, n int64) string {
+	if u == policies.UnitUSDMicros {
 		return "$" + dialect.Dollars(n)
 	}
 	return strconv.FormatInt(n, 10) + " " + string(u)
@@ -464,9 +468,9 @@ func kindOf(m Meter) dialect.Kind {
 		return m.Kind
 	}
 	switch m.Unit {
-	case UnitRequests:
+	case policies.UnitRequests:
 		return dialect.Requests
-	case UnitUSDMicros:
+	case policies.UnitUSDMicros:
 		return dialect.Cost
 	}
 	return dialect.Tokens
@@ -475,12 +479,12 @@ func kindOf(m Meter) dialect.Kind {
 // setHeaders records, per header kind, the tightest (lowest remaining)
 // counter of the reservation in the request's Limits, unless an earlier
 // instance already recorded a tighter one.
-func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *store.Result) {
+func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *counter.Result) {
 	now := e.now()
 	lim := c.Limits()
 	for i := range r.debits {
-		cnt := e.counters[r.sel[i]]
-		lim.Offer(kindOf(e.meters[cnt.Meter]), dialect.Counter{Limit: cnt.Limit.Max, Remaining: res.Remaining[i], Reset: res.ResetAfter[i], At: now})
+		cnt := e.limits[r.sel[i]]
+		lim.Offer(kindOf(e.meters[cnt.Meter]), dialect.Counter{Limit: cnt.Capacity.Max, Remaining: res.Remaining[i], Reset: res.ResetAfter[i], At: now})
 	}
 }
 
@@ -491,7 +495,7 @@ func (e *Engine) setHeaders(c *policies.Call, r *Reservation, res *store.Result)
 func (e *Engine) clearHeaders(c *policies.Call, r *Reservation) {
 	lim := c.Limits()
 	for i := range r.debits {
-		lim.Clear(kindOf(e.meters[e.counters[r.sel[i]].Meter]))
+		lim.Clear(kindOf(e.meters[e.limits[r.sel[i]].Meter]))
 	}
 }
 

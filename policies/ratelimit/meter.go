@@ -1,22 +1,8 @@
 package ratelimit
 
 import (
-	"fmt"
-	"strconv"
-	"time"
-
 	"sluice/dialect"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
-)
-
-// Unit is what a meter counts.
-type Unit string
-
-const (
-	UnitTokens    Unit = "tokens"
-	UnitRequests  Unit = "requests"
-	UnitUSDMicros Unit = "usd_micros"
 )
 
 // MaxMeters bounds the meters of one engine (Amounts is a fixed array so that
@@ -31,139 +17,9 @@ type Amounts [MaxMeters]int64
 type Meter struct {
 	// Name appears in counter keys, error messages and quota reports.
 	Name string
-	Unit Unit
+	// Unit is what the meter counts.
+	Unit policies.Unit
 	// Kind is the rate-limit header family that reports the meter's counters
 	// (0: by Unit: tokens, requests or cost).
 	Kind dialect.Kind
-}
-
-// Counter is one configured limit of an engine: a meter, its capacity and
-// algorithm, and optionally the model rule it belongs to.
-type Counter struct {
-	Meter int
-	Limit store.Limit
-	// Rule is the model rule's match ("gpt-4*"), "" for the policy's own limits.
-	Rule string
-}
-
-// Algorithm names accepted by the limit policies' `algorithm` param.
-const (
-	AlgTokenBucket = "token-bucket"
-	AlgFixedWindow = "fixed-window"
-	AlgCalendar    = "calendar"
-)
-
-// MonthPeriod is the duration that the calendar algorithm reads as "one UTC
-// calendar month" (720h, written "30d" or "720h").
-const MonthPeriod = 30 * 24 * time.Hour
-
-// LimitFor maps a configured (algorithm, duration, max) to a store limit.
-//
-//   - "" (the default): token bucket for durations under 1 day, a fixed window
-//     aligned to the Unix epoch (hence to 00:00 UTC for whole days) otherwise.
-//   - token-bucket: refills continuously at max per duration.
-//   - fixed-window: windows of the duration aligned to the Unix epoch;
-//     whole weeks start on Monday 00:00 UTC.
-//   - calendar: 720h ("30d") is the UTC calendar month; any other duration is
-//     a fixed window as above ("1d" is the UTC day, "7d" the UTC ISO week).
-func LimitFor(alg string, d time.Duration, max int64) (store.Limit, error) {
-	switch alg {
-	case "":
-		if d < 24*time.Hour {
-			alg = AlgTokenBucket
-		} else {
-			alg = AlgFixedWindow
-		}
-	case AlgTokenBucket, AlgFixedWindow, AlgCalendar:
-	default:
-		return store.Limit{}, fmt.Errorf("unknown algorithm %q (want %s, %s or %s)", alg, AlgTokenBucket, AlgFixedWindow, AlgCalendar)
-	}
-	l := store.Limit{Max: max, Period: d}
-	switch alg {
-	case AlgTokenBucket:
-		l.Algorithm = store.TokenBucket
-	case AlgFixedWindow:
-		l.Algorithm = store.FixedWindow
-	case AlgCalendar:
-		l.Algorithm = store.FixedWindow
-		if d == MonthPeriod {
-			l.Algorithm = store.CalendarMonth
-		}
-	}
-	if l.Algorithm == store.FixedWindow && (d < time.Second || d%time.Second != 0) {
-		return store.Limit{}, fmt.Errorf("duration %v: a window must be a whole number of seconds", d)
-	}
-	if err := l.Validate(); err != nil {
-		return store.Limit{}, err
-	}
-	return l, nil
-}
-
-// IsBudget reports whether a counter is a budget rather than a rate: it counts
-// money, or it is a window (fixed or calendar) of one day or longer. Denials
-// by a budget carry code budget_exceeded, others rate_limit_exceeded.
-func IsBudget(u Unit, l store.Limit) bool {
-	if u == UnitUSDMicros || l.Algorithm == store.CalendarMonth {
-		return true
-	}
-	return l.Algorithm == store.FixedWindow && l.Period >= 24*time.Hour
-}
-
-// PeriodLabel is the period part of a counter key. It names the algorithm as
-// well as the period, because the stored state of a bucket and of a window
-// differ: "bucket-1m", "window-1h", "window-1d", "month".
-func PeriodLabel(l store.Limit) string {
-	switch l.Algorithm {
-	case store.CalendarMonth:
-		return "month"
-	case store.FixedWindow:
-		return "window-" + compactDuration(l.Period)
-	}
-	return "bucket-" + compactDuration(l.Period)
-}
-
-// compactDuration writes d in the largest unit that divides it: 1d, 2h, 90m, 15s,
-// else Go's syntax.
-func compactDuration(d time.Duration) string {
-	units := []struct {
-		d time.Duration
-		s string
-	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}}
-	for _, u := range units {
-		if d >= u.d && d%u.d == 0 {
-			return strconv.FormatInt(int64(d/u.d), 10) + u.s
-		}
-	}
-	return d.String()
-}
-
-// HumanPeriod describes a limit's period for messages: "per 1m", "per UTC month".
-func HumanPeriod(l store.Limit) string {
-	if l.Algorithm == store.CalendarMonth {
-		return "per UTC calendar month"
-	}
-	return "per " + compactDuration(l.Period)
-}
-
-// CountLimit is a `{count, duration}` params entry (token and request limits).
-type CountLimit struct {
-	// Count is the number of units allowed per duration.
-	Count int64 `json:"count" jsonschema:"required,minimum=1"`
-	// Duration is the period: "1m", "1h", "1d"; with the calendar algorithm
-	// "30d" (720h) is the UTC calendar month.
-	Duration policies.Duration `json:"duration" jsonschema:"required"`
-}
-
-// ValidateDurations checks that no two entries of one list share a duration
-// (they would share a counter key).
-func ValidateDurations(field string, ds []time.Duration) *policies.ParamError {
-	seen := make(map[time.Duration]bool, len(ds))
-	for i, d := range ds {
-		if seen[d] {
-			return &policies.ParamError{Path: []string{field, strconv.Itoa(i), "duration"},
-				Message: fmt.Sprintf("duration %v is listed twice", d)}
-		}
-		seen[d] = true
-	}
-	return nil
 }

@@ -5,10 +5,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/counter"
 	"sluice/internal/satmath"
 	"sluice/llmapi"
 	"sluice/policies"
-	"sluice/policies/ratelimit/store"
 	"sluice/sharedctx"
 )
 
@@ -42,14 +42,14 @@ type Reservation struct {
 	eng      *Engine
 	resolved atomic.Bool
 	sel      []int
-	debits   []store.Debit
-	ticket   store.Ticket
+	debits   []counter.Debit
+	ticket   counter.Ticket
 	deltas   []int64
 	// Output is the output tokens per choice that were reserved (after any clamp).
 	Output int64
 
 	actual   Amounts
-	debitArr [inlineDebits]store.Debit
+	debitArr [inlineDebits]counter.Debit
 	winArr   [inlineDebits]int64
 	deltaArr [inlineDebits]int64
 }
@@ -72,14 +72,14 @@ func (r *Reservation) fill(e *Engine, a *Admission) {
 		r.deltas = r.deltaArr[:n]
 		r.ticket.Window = r.winArr[:n]
 	} else {
-		r.debits = make([]store.Debit, n)
+		r.debits = make([]counter.Debit, n)
 		r.deltas = make([]int64, n)
 		r.ticket.Window = make([]int64, n)
 	}
 	for j, i := range a.Counters {
-		c := e.counters[i]
-		amount := min(a.amount(c.Meter), satmath.Add(c.Limit.Max, 1))
-		r.debits[j] = store.Debit{Key: a.Scope.Keys[i], Group: a.Scope.Group, Limit: c.Limit, Amount: amount}
+		c := e.limits[i]
+		amount := min(a.amount(c.Meter), satmath.Add(c.Capacity.Max, 1))
+		r.debits[j] = counter.Debit{Key: a.Scope.Keys[i], Group: a.Scope.Group, Limit: c.Capacity, Amount: amount}
 	}
 }
 
@@ -87,7 +87,7 @@ func (r *Reservation) fill(e *Engine, a *Admission) {
 // reservation counts that meter).
 func (r *Reservation) Estimate(m int) int64 {
 	for j, i := range r.sel {
-		if r.eng.counters[i].Meter == m {
+		if r.eng.limits[i].Meter == m {
 			return r.debits[j].Amount
 		}
 	}
@@ -121,7 +121,7 @@ func (r *Reservation) resolveAtLeast(kind Resolution, atLeast *Amounts) bool {
 	e := r.eng
 	adjust := false
 	for j, i := range r.sel {
-		delta := max(atLeast[e.counters[i].Meter]-r.debits[j].Amount, 0)
+		delta := max(atLeast[e.limits[i].Meter]-r.debits[j].Amount, 0)
 		r.deltas[j] = delta
 		adjust = adjust || delta != 0
 	}
@@ -138,7 +138,7 @@ func (r *Reservation) resolve(kind Resolution, actual *Amounts) bool {
 	case Settled:
 		var seen uint32
 		for j, i := range r.sel {
-			m := e.counters[i].Meter
+			m := e.limits[i].Meter
 			est := r.debits[j].Amount
 			delta := max(actual[m]-est, -est)
 			r.deltas[j] = delta
@@ -174,7 +174,7 @@ func (r *Reservation) finishResolve(kind Resolution, adjust bool) bool {
 // request's cancellation; failures are logged and counted, never surfaced.
 func (e *Engine) adjust(r *Reservation) {
 	start := time.Now()
-	if err := e.observe(opAdjust, start, e.store.Adjust(context.Background(), r.debits, &r.ticket, r.deltas)); err != nil {
+	if err := e.observe(opAdjust, start, e.counters.Adjust(context.Background(), r.debits, &r.ticket, r.deltas)); err != nil {
 		e.logger.Warn("rate-limit settlement failed", "policy", e.policy, "route", e.route.RouteName, "err", err)
 	}
 }
@@ -272,24 +272,19 @@ func usageTrust(u *llmapi.Usage) Trust {
 }
 
 // UsageTrust is the Trust of amounts a policy takes from the request's usage
-// (Usage); see TrustExact and TrustLowerBound.
-func UsageTrust(c *policies.Call, o *policies.Outcome) Trust { return usageTrust(Usage(c, o)) }
+// (sharedctx Usage); see TrustExact and TrustLowerBound.
+func UsageTrust(c *policies.Call) Trust { return usageTrust(c.Shared.Usage()) }
 
 // CostTrust is the Trust of the cost llm-cost published (sharedctx
 // CostMicroUSD): "calculated" is as trustworthy as the usage it was priced
 // from (a partial stream's cost is a lower bound), "estimated" (priced from
 // usage the gateway counted) is a lower bound, any other status is none.
-func CostTrust(c *policies.Call, o *policies.Outcome) Trust {
+func CostTrust(c *policies.Call) Trust {
 	switch c.Shared.CostStatus() {
 	case sharedctx.CostStatusCalculated:
-		return max(UsageTrust(c, o), TrustLowerBound)
+		return max(UsageTrust(c), TrustLowerBound)
 	case sharedctx.CostStatusEstimated:
 		return TrustLowerBound
 	}
 	return TrustNone
 }
-
-// Usage is the request's usage in the final phase of outcome o: the one
-// usage fact the gateway published (sharedctx Usage), whatever the outcome;
-// nil when there is none.
-func Usage(c *policies.Call, _ *policies.Outcome) *llmapi.Usage { return c.Shared.Usage() }

@@ -189,12 +189,12 @@ type Policy struct {
 }
 
 var (
-	_ policies.Finalizer      = (*Policy)(nil)
-	_ ratelimit.QuotaReporter = (*Policy)(nil)
+	_ policies.Finalizer     = (*Policy)(nil)
+	_ policies.QuotaReporter = (*Policy)(nil)
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	var counters []ratelimit.Counter
+	var limits []ratelimit.Limit
 	add := func(ls [3][]ratelimit.CountLimit, rule string) ([]int, error) {
 		var idx []int
 		for m, list := range ls {
@@ -203,8 +203,8 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 				if err != nil {
 					return nil, err
 				}
-				idx = append(idx, len(counters))
-				counters = append(counters, ratelimit.Counter{Meter: m, Limit: lim, Rule: rule})
+				idx = append(idx, len(limits))
+				limits = append(limits, ratelimit.Limit{Meter: m, Capacity: lim, Rule: rule})
 			}
 		}
 		return idx, nil
@@ -223,7 +223,7 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 		}
 		// Dimensions the override does not list keep the default counters.
 		for _, b := range base {
-			if len(own[counters[b].Meter]) == 0 {
+			if len(own[limits[b].Meter]) == 0 {
 				idx = append(idx, b)
 			}
 		}
@@ -245,12 +245,12 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 		return nil, err
 	}
 	eng, err := ratelimit.New(ratelimit.Options{
-		Policy: Name, Route: route, Services: svc, Counters: counters,
+		Policy: Name, Route: route, Services: svc, Limits: limits,
 		Scope: ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{
-			{Name: "prompt", Unit: ratelimit.UnitTokens, Kind: dialect.InputTokens},
-			{Name: "completion", Unit: ratelimit.UnitTokens, Kind: dialect.OutputTokens},
-			{Name: "total", Unit: ratelimit.UnitTokens, Kind: dialect.Tokens},
+			{Name: "prompt", Unit: policies.UnitTokens, Kind: dialect.InputTokens},
+			{Name: "completion", Unit: policies.UnitTokens, Kind: dialect.OutputTokens},
+			{Name: "total", Unit: policies.UnitTokens, Kind: dialect.Tokens},
 		},
 	})
 	if err != nil {
@@ -290,9 +290,9 @@ func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	id := p.scoper.ID(c)
 	a := ratelimit.Admission{
 		Scope:    p.scoper.ScopeOf(p.eng, c, id),
-		Counters: p.sel[p.group(id)][p.rules.Match(ratelimit.RequestModel(c))+1],
+		Counters: p.sel[p.group(id)][p.rules.Match(c.Shared.ServedModel())+1],
 	}
-	prompt := ratelimit.PromptTokens(c, p.svc.Tokens)
+	prompt := policies.PromptTokens(c, p.svc.Tokens)
 	a.Amounts[meterPrompt] = prompt
 	a.Amounts[meterTotal] = prompt
 	bound, choices, outputs := ratelimit.OutputBound(c, p.maxOut)
@@ -328,8 +328,8 @@ func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) {
 // usage the gateway counted (whose prompt is the provider's report when one
 // arrived, else the same prompt estimate this policy reserved).
 func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) ratelimit.Trust {
-	u := ratelimit.Usage(c, o)
-	trust := ratelimit.UsageTrust(c, o)
+	u := c.Shared.Usage()
+	trust := ratelimit.UsageTrust(c)
 	if trust == ratelimit.TrustNone {
 		return trust
 	}
@@ -343,7 +343,7 @@ func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Rese
 }
 
 // Quota reports the caller's counters (its limit group and every model rule).
-func (p *Policy) Quota(c *policies.Call) []ratelimit.QuotaLine {
+func (p *Policy) Quota(c *policies.Call) []policies.QuotaLine {
 	id := p.scoper.ID(c)
 	return p.eng.Quota(c.Ctx, p.scoper.ScopeOf(p.eng, c, id), p.quotaSel[p.group(id)])
 }

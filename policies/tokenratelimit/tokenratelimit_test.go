@@ -10,20 +10,20 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"sluice/counter"
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/policytest"
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
-	"sluice/policies/ratelimit/store"
 	"sluice/policies/tokenratelimit"
 )
 
 const route = "r"
 
-func hourBucket(max int64) store.Limit {
-	return store.Limit{Algorithm: store.TokenBucket, Max: max, Period: time.Hour}
+func hourBucket(max int64) counter.Limit {
+	return counter.Limit{Algorithm: counter.TokenBucket, Max: max, Period: time.Hour}
 }
 
 func key(scope, dim, period string) string {
@@ -267,7 +267,7 @@ func TestConsumerKeysAndNoDoubleDeduction(t *testing.T) {
 	l10k, l1k := hourBucket(10000), hourBucket(1000)
 	checks := []struct {
 		key   string
-		l     store.Limit
+		l     counter.Limit
 		spent int64
 	}{
 		{key(route, "completion", "bucket-1h"), l10k, 300},
@@ -396,11 +396,11 @@ func TestQuotaReport(t *testing.T) {
 	if gerr, _ := h.Do(ch, call, policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}); gerr != nil {
 		t.Fatal(gerr)
 	}
-	lines := ch.Entries()[0].Policy.(ratelimit.QuotaReporter).Quota(h.Call(route, ratelimittest.Req{App: "a"}))
+	lines := ch.Entries()[0].Policy.(policies.QuotaReporter).Quota(h.Call(route, ratelimittest.Req{App: "a"}))
 	if len(lines) != 2 {
 		t.Fatalf("lines %+v", lines)
 	}
-	if l := lines[0]; l.Scope != route+":a" || l.Dimension != "completion" || l.Limit != 1000 || l.Remaining != 900 || l.Unit != ratelimit.UnitTokens {
+	if l := lines[0]; l.Scope != route+":a" || l.Dimension != "completion" || l.Limit != 1000 || l.Remaining != 900 || l.Unit != policies.UnitTokens {
 		t.Fatalf("line 0 %+v", l)
 	}
 	if l := lines[1]; l.Dimension != "completion:model:gpt-4*" || l.Remaining != 400 {
@@ -521,7 +521,7 @@ func TestOverAdmissionBound(t *testing.T) {
 
 func BenchmarkRequestFinal(b *testing.B) {
 	// tokenize=false pre-seeds the shared prompt estimate, isolating the
-	// engine and memstore from the tokenizer.
+	// engine and the memory store from the tokenizer.
 	for _, bc := range []struct {
 		consumers int
 		tokenize  bool
@@ -547,7 +547,7 @@ func BenchmarkRequestFinal(b *testing.B) {
 			for i := range b.N {
 				call.Shared.Metadata = map[string]any{"x-application-id": apps[i%consumers]}
 				if !bc.tokenize {
-					call.Shared.Metadata[ratelimit.PromptEstimateKey] = int64(12)
+					call.Shared.Metadata[policies.PromptEstimateKey] = int64(12)
 				}
 				run := ch.Start(call)
 				if gerr := run.Request(); gerr != nil {

@@ -201,7 +201,7 @@ export async function chat(stack, route, key) {
     body: JSON.stringify({ model: "gpt-4o-mini", messages: [{ role: "user", content: "Say hello to the console test." }], max_tokens: 16 }),
   });
   const text = await r.text();
-  let body = null;
+  let body;
   try {
     body = JSON.parse(text);
   } catch {

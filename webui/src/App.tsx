@@ -2,7 +2,7 @@ import { MantineProvider } from "@mantine/core";
 import { Notifications } from "@mantine/notifications";
 import { QueryClient, QueryClientProvider } from "@tanstack/react-query";
 import { RouterProvider } from "@tanstack/react-router";
-import { useMemo } from "react";
+import { useState } from "react";
 import { ApiError } from "./api/client";
 import { SessionProvider } from "./auth";
 import { router } from "./router";
@@ -23,7 +23,7 @@ function makeQueryClient() {
 
 
 export function App() {
-  const queryClient = useMemo(makeQueryClient, []);
+  const [queryClient] = useState(makeQueryClient);
   return (
     <MantineProvider theme={theme} cssVariablesResolver={cssVariablesResolver} defaultColorScheme="light">
       <Notifications position="top-right" autoClose={5000} limit={3} />

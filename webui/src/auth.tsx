@@ -11,8 +11,8 @@ export interface Session {
   token: string | null;
   client: Client;
   /** Checks token against the API and keeps it; throws ApiError when refused. */
-  signIn(token: string): Promise<void>;
-  signOut(reason?: string): void;
+  signIn: (token: string) => Promise<void>;
+  signOut: (reason?: string) => void;
   /** Why the last session ended, when it was not the user's sign-out. */
   endedBecause: string | null;
 }

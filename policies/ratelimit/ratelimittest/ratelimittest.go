@@ -1,5 +1,5 @@
 // Package ratelimittest is a test harness for limit policies: a registry with
-// the policies under test plus tiny helper policies, memstore on a fake clock,
+// the policies under test plus tiny helper policies, the memory counter store on a fake clock,
 // and a driver that runs a request through a chain the way the gateway does.
 package ratelimittest
 
@@ -13,14 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"sluice/counter"
+	"sluice/counter/countertest"
+	"sluice/counter/memory"
 	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/policytest"
-	"sluice/policies/ratelimit/store"
-	"sluice/policies/ratelimit/store/memstore"
-	"sluice/policies/ratelimit/store/storetest"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -31,11 +31,11 @@ var Start = time.Date(2026, time.March, 14, 12, 30, 30, 0, time.UTC)
 // RejectName is a helper policy that rejects every request with 403.
 const RejectName = "test-reject"
 
-// Harness wires a registry, a memstore on a fake clock and metrics.
+// Harness wires a registry, a memory counter store on a fake clock and metrics.
 type Harness struct {
 	T        testing.TB
-	Clock    *storetest.Clock
-	Store    *memstore.Store
+	Clock    *countertest.Clock
+	Store    *memory.Store
 	Metrics  *prometheus.Registry
 	Svc      *policies.Services
 	Registry *policies.Registry
@@ -51,8 +51,8 @@ type noParams struct{}
 
 // New returns a harness whose registry holds defs plus test-reject.
 func New(t testing.TB, defs ...policies.Definition) *Harness {
-	clock := storetest.NewClock(Start)
-	st := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: -1})
+	clock := countertest.NewClock(Start)
+	st := memory.New(memory.Options{Now: clock.Now, SweepEvery: -1})
 	t.Cleanup(func() { _ = st.Close() })
 	cat, err := pricing.New("")
 	if err != nil {
@@ -163,10 +163,10 @@ func Counted(prompt, completion int64) *llmapi.Usage {
 }
 
 // Remaining peeks a counter's remaining units.
-func (h *Harness) Remaining(key string, l store.Limit) int64 {
+func (h *Harness) Remaining(key string, l counter.Limit) int64 {
 	h.T.Helper()
-	var res store.Result
-	if err := h.Store.Peek(context.Background(), []store.Debit{{Key: key, Limit: l}}, &res); err != nil {
+	var res counter.Result
+	if err := h.Store.Peek(context.Background(), []counter.Debit{{Key: key, Limit: l}}, &res); err != nil {
 		h.T.Fatal(err)
 	}
 	return res.Remaining[0]

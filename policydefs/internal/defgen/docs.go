@@ -61,8 +61,7 @@ settle with the usage; ` + "`llm-cost-based-ratelimit`" + ` settles with the cos
 (budgets are counted in micro-USD). The ` + "`X-Sluice-Cost-Usd`" + ` response header is the
 same cost as a decimal number of dollars. ` + "`advanced-ratelimit`" + `'s
 ` + "`costExtraction`" + ` with ` + "`source: metadata, key: x-llm-cost`" + ` reads the cost in USD, as
-it always did, so ` + "`multiplier: 1000000`" + ` counts micro-USD (through a float64: above
-32 USD for one request it may count 1 micro-USD more).
+it always did, so ` + "`multiplier: 1000000`" + ` counts exactly the micro-USD.
 
 Go policies read the facts with the accessors of ` + "`sluice/sharedctx`" + ` on
 ` + "`Call.Shared`" + `: ` + "`ServedModel()`" + `, ` + "`Usage()`" + `, ` + "`CostMicroUSD()`" + ` and ` + "`CostStatus()`" + `;

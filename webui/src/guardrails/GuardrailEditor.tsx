@@ -5,7 +5,7 @@
 // form. A stale edit (412) keeps what was typed.
 import { Alert, Badge, Button, Group, List, SegmentedControl, Select, Stack, Text, Textarea } from "@mantine/core";
 import Form from "@rjsf/mantine";
-import type { ErrorSchema, RJSFSchema, UiSchema } from "@rjsf/utils";
+import type { RJSFSchema, UiSchema } from "@rjsf/utils";
 import validator from "@rjsf/validator-ajv8";
 import { useMemo, useState } from "react";
 import { ApiError, type GuardrailInput, type Policy, type Problem } from "../api/client";
@@ -57,7 +57,7 @@ export function GuardrailEditor({
 
   const policy = policies.find((p) => p.name === value.name);
   const schema = useMemo(() => formSchema(policy), [policy]);
-  const problems: Problem[] = error instanceof ApiError ? error.details : [];
+  const problems: Problem[] = useMemo(() => (error instanceof ApiError ? error.details : []), [error]);
   const { errorSchema, other } = useMemo(() => splitProblems(problems), [problems]);
   const stale = error instanceof ApiError && error.status === 412;
 
@@ -136,7 +136,7 @@ export function GuardrailEditor({
       <SegmentedControl
         aria-label="Editor"
         value={mode}
-        onChange={(m) => switchMode(m as Mode)}
+        onChange={(m) => switchMode(m)}
         data={[
           { value: "form", label: "Form" },
           { value: "raw", label: "YAML / JSON" },
@@ -183,7 +183,7 @@ export function GuardrailEditor({
               formData={value.params}
               onChange={(e) => setValue((v) => ({ ...v, params: (e.formData ?? {}) as Record<string, unknown> }))}
               onSubmit={(e) => void send({ ...value, params: (e.formData ?? {}) as Record<string, unknown> })}
-              extraErrors={errorSchema as ErrorSchema}
+              extraErrors={errorSchema}
               showErrorList={false}
               noHtml5Validate
               idPrefix="params"

@@ -36,7 +36,7 @@ export function DeploymentTab() {
             <SegmentedControl
               aria-label="View"
               value={view}
-              onChange={(v) => setView(v as "chain" | "yaml")}
+              onChange={(v) => setView(v)}
               data={[
                 { value: "chain", label: "Chain" },
                 { value: "yaml", label: "YAML" },

@@ -43,9 +43,9 @@ describe("ProviderForm", () => {
 
   it("checks the name and URL before sending, and shows the server's errors at their fields", async () => {
     const user = userEvent.setup();
-    const onSubmit = vi.fn(async () => {
-      throw new ApiError(422, "validation_failed", "invalid", [{ path: "$.url", message: "the upstream URL ends in /v1" }]);
-    });
+    const onSubmit = vi.fn(() =>
+      Promise.reject(new ApiError(422, "validation_failed", "invalid", [{ path: "$.url", message: "the upstream URL ends in /v1" }])),
+    );
     renderUI(<ProviderForm submitLabel="Create" onSubmit={onSubmit} />);
     await user.type(screen.getByLabelText(/^Name/), "-bad name");
     await user.click(screen.getByRole("button", { name: "Create" }));

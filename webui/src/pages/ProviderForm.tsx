@@ -95,7 +95,7 @@ export function ProviderForm({
           <SegmentedControl
             aria-labelledby="provider-type-label"
             value={type}
-            onChange={(v) => setType(v as ProviderInput["type"])}
+            onChange={(v) => setType(v)}
             data={[
               { value: "openai", label: "OpenAI" },
               { value: "anthropic", label: "Anthropic" },
@@ -109,7 +109,7 @@ export function ProviderForm({
           <SegmentedControl
             aria-labelledby="provider-upstream-label"
             value={mode}
-            onChange={(v) => setMode(v as "url" | "targets")}
+            onChange={(v) => setMode(v)}
             data={[
               { value: "url", label: "One URL" },
               { value: "targets", label: "Several targets" },

@@ -25,7 +25,7 @@ import {
 import { useDisclosure } from "@mantine/hooks";
 import { IconPlus, IconTrash } from "@tabler/icons-react";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
-import { useEffect, useMemo, useRef, useState } from "react";
+import { useMemo, useRef, useState } from "react";
 import { ApiError, call, type RateLimits } from "../api/client";
 import { invalidateDeployment, keys } from "../api/queries";
 import { useClient } from "../auth";
@@ -46,7 +46,6 @@ import {
   type FormState,
   type Kind,
   type LimitsForm,
-  type Mode,
   type RowForm,
   type ScopeForm,
   type ScopeName,
@@ -101,15 +100,16 @@ function RateLimitEditor({ providerId, server }: { providerId: string; server: V
   const errorCount = Object.keys(errors).length;
 
   // A reload (another tab saved, a refetch) is taken while nothing is edited.
-  const lastServer = useRef(server);
-  useEffect(() => {
-    if (server === lastServer.current) return;
-    lastServer.current = server;
+  // Adjusted during render, not in an effect, so the new figures show in the
+  // same paint (react.dev: "adjusting some state when a prop changes").
+  const [lastServer, setLastServer] = useState(server);
+  if (server !== lastServer) {
+    setLastServer(server);
     if (!dirty && !conflict) {
       setBase(server);
       setForm(toForm(server.value));
     }
-  }, [server, dirty, conflict]);
+  }
 
   function shown(path: string): string | undefined {
     const local = errors[path];
@@ -149,7 +149,7 @@ function RateLimitEditor({ providerId, server }: { providerId: string; server: V
         }),
       );
       const saved = { value: r.data, etag: r.etag ?? "*" };
-      lastServer.current = saved;
+      setLastServer(saved);
       setBase(saved);
       setForm(toForm(saved.value));
       setConflict(null);
@@ -181,7 +181,7 @@ function RateLimitEditor({ providerId, server }: { providerId: string; server: V
     if (!conflict) return;
     setBase(conflict);
     setForm(toForm(conflict.value));
-    lastServer.current = conflict;
+    setLastServer(conflict);
     qc.setQueryData(keys.rateLimits(providerId), conflict);
     setConflict(null);
     setTouched(new Set());
@@ -375,7 +375,7 @@ function ScopeCard({
           <SegmentedControl
             aria-label={`${title} mode`}
             value={scope.mode}
-            onChange={(v) => edit(`$.${name}`, (f) => void (f[name].mode = v as Mode))}
+            onChange={(v) => edit(`$.${name}`, (f) => void (f[name].mode = v))}
             data={[
               { value: "global", label: "Provider-wide" },
               { value: "perResource", label: "Per Resource" },

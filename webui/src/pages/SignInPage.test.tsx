@@ -14,9 +14,9 @@ beforeEach(() => {
   sessionStorage.clear();
   vi.stubGlobal(
     "fetch",
-    vi.fn(async (_url: string, init?: RequestInit) => {
+    vi.fn((_url: string, init?: RequestInit) => {
       const auth = new Headers(init?.headers).get("Authorization");
-      return new Response("{}", { status: auth === "Bearer sluice-admin-right" ? 200 : 401 });
+      return Promise.resolve(new Response("{}", { status: auth === "Bearer sluice-admin-right" ? 200 : 401 }));
     }),
   );
 });

@@ -25,4 +25,6 @@ class RO {
   disconnect() {}
 }
 (globalThis as unknown as { ResizeObserver: typeof RO }).ResizeObserver ??= RO;
-if (typeof Element !== "undefined") Element.prototype.scrollIntoView ??= () => {};
+if (typeof Element !== "undefined" && !("scrollIntoView" in Element.prototype)) {
+  Object.defineProperty(Element.prototype, "scrollIntoView", { value: () => {}, configurable: true });
+}

@@ -1,0 +1,20 @@
+package redisstore
+
+import _ "embed" // the Lua scripts
+
+// The counter script is lua/common.lua followed by lua/batch.lua, run as one
+// chunk. Each file opens with its contract (KEYS, ARGV, reply, atomicity,
+// units, stored formats); docs/redis.md has the specification and the
+// history of the layout with its measurements.
+
+// luaCommon holds the helpers of the script (tests run them with a stub
+// script of their own appended).
+//
+//go:embed lua/common.lua
+var luaCommon string
+
+//go:embed lua/batch.lua
+var luaBatchOps string
+
+// luaBatch is the script every store call is one operation of.
+var luaBatch = luaCommon + luaBatchOps

@@ -1,0 +1,47 @@
+package filesync
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestSyncer(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name string) *os.File {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	var errCount atomic.Int32
+	s := Start(time.Millisecond, func(error) { errCount.Add(1) })
+
+	active, retired := open("active"), open("retired")
+	s.Wrote(retired)
+	s.Retire(retired)
+	s.Wrote(active)
+	s.DirChanged(dir)
+	s.DirChanged(dir)
+	time.Sleep(20 * time.Millisecond)
+	if _, err := retired.Write([]byte("x")); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("a retired file is still open after a round: %v", err)
+	}
+	if _, err := active.Write([]byte("x")); err != nil {
+		t.Errorf("the active file was closed: %v", err)
+	}
+
+	// A file that fails to sync is reported.
+	broken := open("broken")
+	broken.Close()
+	s.Wrote(broken)
+	s.Stop()
+	if errCount.Load() != 1 {
+		t.Errorf("%d errors reported, want 1 (the closed file)", errCount.Load())
+	}
+	active.Close()
+}

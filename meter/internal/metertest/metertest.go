@@ -1,0 +1,36 @@
+// Package metertest holds the test helpers the meter's sink packages share.
+// (A concurrency-safe log buffer is internal/proctest.Buffer.)
+package metertest
+
+import (
+	"time"
+
+	"sluice/meter"
+)
+
+// Record returns a realistic settled record with the given id (about 460
+// bytes encoded with an 8-character id).
+func Record(id string) *meter.Record {
+	return &meter.Record{
+		ID:               id,
+		Time:             time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC),
+		GatewayID:        "gw-1",
+		Route:            "openai-prod",
+		Provider:         "openai",
+		Application:      "app-a",
+		KeyID:            "key_7f3a",
+		RequestedModel:   "gpt-5-mini",
+		ServedModel:      "gpt-5-mini-2025-08-07",
+		PromptTokens:     1200,
+		CachedTokens:     1024,
+		CompletionTokens: 350,
+		UsageSource:      meter.UsageProvider,
+		CostMicroUSD:     1234,
+		PriceVersion:     "2026-11-30",
+		Resolution:       meter.Settled,
+		Status:           200,
+		LatencyMicros:    1_250_000,
+		TTFTMicros:       310_000,
+		Attempts:         1,
+	}
+}

@@ -1,0 +1,27 @@
+package jsonl
+
+import (
+	"path/filepath"
+	"testing"
+
+	"sluice/meter"
+)
+
+func BenchmarkAppend(b *testing.B) {
+	for _, mode := range []meter.SyncMode{meter.SyncNone, meter.SyncInterval} {
+		b.Run("sync="+mode.String(), func(b *testing.B) {
+			s, err := Open(filepath.Join(b.TempDir(), "usage.jsonl"), Options{Sync: mode})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			r := record("r1")
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Append(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

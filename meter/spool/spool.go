@@ -1,0 +1,726 @@
+// Package spool is the gateway's bounded on-disk spool of usage records: the
+// request path appends records, a shipper reads them in batches, sends them to
+// the platform and acknowledges them; acknowledged segments are deleted.
+//
+// On disk, a spool is a directory of segment files (000000000001.seg, ...),
+// an ack file (the position after the last acknowledged record, replaced by
+// write-rename) and a lock file (one process at a time). A segment starts
+// with an 8-byte magic and holds frames:
+//
+//	length  uint32, little endian: payload bytes (1..MaxRecordBytes)
+//	crc     uint32, little endian: CRC-32C of the length bytes and the payload
+//	payload the record's JSON encoding (meter.Record.AppendJSON)
+//
+// Guarantees:
+//
+//   - A record for which Append returned nil survives kill -9 of the process:
+//     the frame was handed to the kernel with one write(2) before Append
+//     returned. Options.Sync decides what survives a power loss.
+//   - Open repairs what a crash left: a torn tail (a partial frame, a bad
+//     CRC) is truncated at the last whole frame, counted (Stats.Repairs) and
+//     logged; no earlier record is lost.
+//   - At least once: Next returns records from the oldest unacknowledged one;
+//     after a crash, the records after the last durable Ack are returned
+//     again. The platform deduplicates by record id.
+//   - Bounded: the segment files never exceed Options.MaxBytes. When an Append
+//     would pass the bound, the oldest segments are deleted even if
+//     unacknowledged; their records and bytes are counted (Stats.Dropped*)
+//     and each drop is logged at warn. Append never waits for the shipper.
+package spool
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"sluice/meter"
+	"sluice/meter/internal/filesync"
+)
+
+// MaxRecordBytes is the largest payload a frame holds; Append refuses a
+// larger record (ErrTooLarge) and Open treats a larger length as a torn frame.
+const MaxRecordBytes = 64 << 10
+
+// Defaults of Options.
+const (
+	DefaultMaxBytes     = 256 << 20
+	maxDefaultSegment   = 16 << 20
+	minSegmentBytes     = 4 << 10
+	segmentHeaderSize   = 8
+	frameHeaderSize     = 8
+	segmentSuffix       = ".seg"
+	ackFileName         = "ack"
+	lockFileName        = "lock"
+	segmentNameDigits   = 12
+	defaultBatchReadBuf = 64 << 10
+)
+
+var segmentMagic = [segmentHeaderSize]byte{'S', 'L', 'S', 'P', 'O', 'O', 'L', '1'}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Errors.
+var (
+	ErrClosed   = errors.New("spool: closed")
+	ErrTooLarge = errors.New("spool: record larger than MaxRecordBytes")
+)
+
+// Options configure a spool. The zero value is valid: 256 MiB, SyncInterval
+// every second, no logging.
+type Options struct {
+	// MaxBytes bounds the segment files' total size (default 256 MiB). It
+	// must hold at least two segments and two records of MaxRecordBytes.
+	MaxBytes int64
+	// SegmentBytes is the size at which the segment being written is closed
+	// and a new one started (default MaxBytes/16, at most 16 MiB; at least
+	// 4 KiB). Dropping works by whole segments, so a drop loses at most
+	// about one segment's records.
+	SegmentBytes int64
+	// Sync is when written data is fsynced (see meter.SyncMode). It also
+	// applies to the ack file: with SyncNone it is renamed without fsync.
+	Sync meter.SyncMode
+	// SyncInterval is SyncInterval's period (default meter.DefaultSyncInterval).
+	SyncInterval time.Duration
+	// Logger receives repairs, drops and I/O errors (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Stats are the spool's counters and gauges. Counters count since Open.
+type Stats struct {
+	// Appended counts the records Append accepted.
+	Appended uint64
+	// AppendErrors counts the Append calls that failed (I/O errors,
+	// ErrTooLarge).
+	AppendErrors uint64
+	// Acked counts the records acknowledged.
+	Acked uint64
+	// Pending is the number of records on disk not acknowledged yet.
+	Pending int64
+	// Bytes is the segment files' total size; Segments their number.
+	Bytes    int64
+	Segments int
+	// Drops counts the segments deleted because of MaxBytes while holding
+	// unacknowledged records; DroppedRecords and DroppedBytes count those
+	// records and their frames' bytes.
+	Drops          uint64
+	DroppedRecords uint64
+	DroppedBytes   uint64
+	// Repairs counts the torn tails truncated at Open; RepairedBytes the
+	// bytes cut.
+	Repairs       uint64
+	RepairedBytes uint64
+	// Corrupt counts the frames Next found damaged after Open (the rest of
+	// their segment is skipped and logged).
+	Corrupt uint64
+	// SyncErrors counts failed fsyncs.
+	SyncErrors uint64
+}
+
+// position is a frame boundary: the segment, the byte offset in it, and the
+// number of frames before that offset in that segment.
+type position struct {
+	seq uint64
+	off int64
+	n   int64
+}
+
+func (p position) after(q position) bool {
+	return p.seq > q.seq || (p.seq == q.seq && p.off > q.off)
+}
+
+// Batch is a run of consecutive records returned by Next. Records[i] is the
+// JSON encoding of one meter.Record (meter.Decode reads it); the slices are
+// the batch's own and stay valid after Ack.
+type Batch struct {
+	Records [][]byte
+	end     position
+}
+
+// Len is the number of records in the batch.
+func (b Batch) Len() int { return len(b.Records) }
+
+type segment struct {
+	seq     uint64
+	size    int64 // through the last whole frame, header included
+	records int64
+}
+
+// Spool is an open spool directory.
+//
+// Concurrency: Append is safe for concurrent use (calls are serialised by a
+// mutex, each record is one write(2)); Next and Ack are safe for concurrent
+// use with Append and with each other, and are meant for one shipper
+// goroutine. Stats and Close may be called at any time.
+type Spool struct {
+	dir  string
+	opt  Options
+	log  *slog.Logger
+	lock *os.File
+
+	// mu guards everything below, up to readMu.
+	mu      sync.Mutex
+	closed  bool
+	segs    []segment // oldest first; the last is active when f != nil
+	f       *os.File  // the active segment, opened for append
+	total   int64     // sum of segs' sizes
+	records int64     // sum of segs' records
+	cursor  position  // oldest unacknowledged record; cursor.seq == segs[0].seq
+	buf     []byte    // frame being appended
+	stats   Stats
+
+	// readMu serialises Next; ackMu serialises Ack.
+	readMu sync.Mutex
+	rf     *os.File // the segment Next read last
+	rfSeq  uint64
+	ackMu  sync.Mutex
+
+	syncer *filesync.Syncer // SyncInterval only
+}
+
+// Open opens the spool in dir, creating it, and repairs what a crash left
+// (see the package comment). Only one process at a time may open a spool.
+func Open(dir string, opt Options) (*Spool, error) {
+	if err := opt.defaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	lock, err := lockDir(filepath.Join(dir, lockFileName))
+	if err != nil {
+		return nil, fmt.Errorf("spool %s: %w", dir, err)
+	}
+	s := &Spool{dir: dir, opt: opt, log: opt.Logger, lock: lock}
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	if opt.Sync == meter.SyncInterval {
+		s.syncer = filesync.Start(opt.SyncInterval, func(err error) {
+			s.mu.Lock()
+			s.stats.SyncErrors++
+			s.mu.Unlock()
+			s.log.Error("spool: fsync", "dir", s.dir, "err", err)
+		})
+	}
+	return s, nil
+}
+
+func (o *Options) defaults() error {
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.SegmentBytes == 0 {
+		o.SegmentBytes = max(min(o.MaxBytes/16, maxDefaultSegment), minSegmentBytes)
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = meter.DefaultSyncInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case o.SegmentBytes < minSegmentBytes:
+		return fmt.Errorf("spool: SegmentBytes %d is below the minimum of %d", o.SegmentBytes, minSegmentBytes)
+	case o.MaxBytes < 2*o.SegmentBytes:
+		return fmt.Errorf("spool: MaxBytes %d must hold two segments of SegmentBytes %d", o.MaxBytes, o.SegmentBytes)
+	case o.MaxBytes < 2*(segmentHeaderSize+frameHeaderSize+MaxRecordBytes):
+		return fmt.Errorf("spool: MaxBytes %d must hold two records of MaxRecordBytes %d", o.MaxBytes, MaxRecordBytes)
+	}
+	return nil
+}
+
+// Append writes r to the active segment. It returns once the frame is handed
+// to the kernel (and fsynced, with SyncAlways). When the spool is full it
+// first deletes the oldest segments; it never waits for the shipper.
+func (s *Spool) Append(r *meter.Record) error {
+	var drops []drop
+	err := func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			return ErrClosed
+		}
+		var hdr [frameHeaderSize]byte
+		s.buf = append(s.buf[:0], hdr[:]...)
+		s.buf = r.AppendJSON(s.buf)
+		n := len(s.buf) - frameHeaderSize
+		if n > MaxRecordBytes {
+			s.stats.AppendErrors++
+			return fmt.Errorf("%w: %d bytes (record %q)", ErrTooLarge, n, r.ID)
+		}
+		putFrameHeader(s.buf)
+		var err error
+		drops, err = s.makeRoomLocked(int64(len(s.buf)))
+		if err == nil {
+			err = s.writeLocked()
+		}
+		if err != nil {
+			s.stats.AppendErrors++
+			return err
+		}
+		s.stats.Appended++
+		return nil
+	}()
+	s.logDrops(drops)
+	return err
+}
+
+// putFrameHeader fills the length and CRC of the frame in b (header, then
+// payload).
+func putFrameHeader(b []byte) {
+	binary.LittleEndian.PutUint32(b[0:4], uint32(len(b)-frameHeaderSize))
+	crc := crc32.Update(crc32.Update(0, castagnoli, b[0:4]), castagnoli, b[frameHeaderSize:])
+	binary.LittleEndian.PutUint32(b[4:8], crc)
+}
+
+// drop describes a segment deleted to keep the bound.
+type drop struct {
+	seq            uint64
+	records, bytes int64
+}
+
+// makeRoomLocked rotates the active segment when the frame does not fit in
+// it, and deletes the oldest segments until need more bytes fit under
+// MaxBytes.
+func (s *Spool) makeRoomLocked(need int64) ([]drop, error) {
+	if s.f != nil && s.segs[len(s.segs)-1].records > 0 && s.segs[len(s.segs)-1].size+need > s.opt.SegmentBytes {
+		s.sealLocked()
+	}
+	var drops []drop
+	for s.total+need+s.headerIfNewLocked() > s.opt.MaxBytes {
+		if len(s.segs) == 1 && s.f != nil {
+			// Only the active segment is left: close it so it can go too.
+			// The bounds Options.defaults enforces make this unreachable;
+			// it keeps the loop finite whatever the sizes.
+			s.sealLocked()
+		}
+		drops = append(drops, s.dropOldestLocked())
+	}
+	return drops, s.ensureActiveLocked()
+}
+
+// headerIfNewLocked is the header size a new segment will add when there is
+// no active one.
+func (s *Spool) headerIfNewLocked() int64 {
+	if s.f == nil {
+		return segmentHeaderSize
+	}
+	return 0
+}
+
+// dropOldestLocked deletes the oldest segment, which is sealed, and moves the
+// cursor past it.
+func (s *Spool) dropOldestLocked() drop {
+	seg := s.segs[0]
+	d := drop{seq: seg.seq, records: seg.records - s.cursor.n, bytes: seg.size - s.cursor.off}
+	s.removeHeadLocked()
+	if d.records > 0 {
+		s.stats.Drops++
+		s.stats.DroppedRecords += uint64(d.records)
+		s.stats.DroppedBytes += uint64(d.bytes)
+	}
+	if err := os.Remove(s.segmentPath(seg.seq)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Error("spool: deleting a dropped segment", "dir", s.dir, "segment", seg.seq, "err", err)
+	}
+	return d
+}
+
+// removeHeadLocked forgets segs[0] and puts the cursor at the start of the
+// next segment (or of a segment yet to be created).
+func (s *Spool) removeHeadLocked() {
+	seg := s.segs[0]
+	s.segs = slices.Delete(s.segs, 0, 1)
+	s.total -= seg.size
+	s.records -= seg.records
+	next := seg.seq + 1
+	if len(s.segs) > 0 {
+		next = s.segs[0].seq
+	}
+	s.cursor = position{seq: next, off: segmentHeaderSize}
+}
+
+func (s *Spool) logDrops(drops []drop) {
+	for _, d := range drops {
+		if d.records == 0 {
+			continue
+		}
+		st := s.Stats()
+		s.log.Warn("spool: full, dropped the oldest segment with unacknowledged records",
+			"dir", s.dir, "segment", d.seq, "records", d.records, "bytes", d.bytes,
+			"max_bytes", s.opt.MaxBytes, "dropped_records_total", st.DroppedRecords)
+	}
+}
+
+// writeLocked writes s.buf to the active segment in one write(2).
+func (s *Spool) writeLocked() error {
+	active := &s.segs[len(s.segs)-1]
+	n, err := s.f.Write(s.buf)
+	if err != nil {
+		if n > 0 {
+			if terr := s.f.Truncate(active.size); terr != nil {
+				// The partial frame stays on disk; the segment ends, in
+				// memory, before it (Open cuts it) and the next record goes
+				// to a new segment.
+				s.log.Error("spool: cutting a partial write", "dir", s.dir, "segment", active.seq, "err", terr)
+				s.sealLocked()
+			}
+		}
+		return fmt.Errorf("spool: writing segment %d: %w", active.seq, err)
+	}
+	active.size += int64(n)
+	active.records++
+	s.total += int64(n)
+	s.records++
+	switch s.opt.Sync {
+	case meter.SyncAlways:
+		if err := s.f.Sync(); err != nil {
+			s.stats.SyncErrors++
+			return fmt.Errorf("spool: fsync of segment %d: %w", active.seq, err)
+		}
+	case meter.SyncInterval:
+		s.syncer.Wrote(s.f)
+	}
+	return nil
+}
+
+// sealLocked closes the active segment for writing. With SyncInterval the
+// file goes to the syncer, which fsyncs and closes it.
+func (s *Spool) sealLocked() {
+	if s.f == nil {
+		return
+	}
+	if err := s.syncer.Retire(s.f); err != nil {
+		s.log.Error("spool: closing a segment", "dir", s.dir, "err", err)
+	}
+	s.f = nil
+}
+
+// ensureActiveLocked creates a new active segment when there is none.
+func (s *Spool) ensureActiveLocked() error {
+	if s.f != nil {
+		return nil
+	}
+	seq := s.cursor.seq
+	if len(s.segs) > 0 {
+		seq = s.segs[len(s.segs)-1].seq + 1
+	}
+	f, err := os.OpenFile(s.segmentPath(seq), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("spool: creating segment %d: %w", seq, err)
+	}
+	if _, err := f.Write(segmentMagic[:]); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("spool: creating segment %d: %w", seq, err)
+	}
+	switch s.opt.Sync {
+	case meter.SyncAlways:
+		if err := filesync.SyncDir(s.dir); err != nil {
+			s.stats.SyncErrors++
+			s.log.Error("spool: fsync of the directory", "dir", s.dir, "err", err)
+		}
+	case meter.SyncInterval:
+		s.syncer.DirChanged(s.dir)
+	}
+	s.f = f
+	s.segs = append(s.segs, segment{seq: seq, size: segmentHeaderSize})
+	s.total += segmentHeaderSize
+	if len(s.segs) == 1 {
+		s.cursor = position{seq: seq, off: segmentHeaderSize}
+	}
+	// The segment just sealed may have been fully acknowledged already.
+	s.removeAcked(s.trimAckedLocked())
+	return nil
+}
+
+// Next returns up to max records from the oldest unacknowledged one, in
+// append order, across segments. Without an Ack in between, the next call
+// returns the same records again (plus any appended since, up to max). An
+// empty batch means everything is acknowledged.
+func (s *Spool) Next(max int) (Batch, error) {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return Batch{}, ErrClosed
+	}
+	pos := s.cursor
+	segs := slices.Clone(s.segs)
+	s.mu.Unlock()
+
+	var b Batch
+	var data []byte
+	var ends []int
+	for _, seg := range segs {
+		if len(ends) >= max {
+			break
+		}
+		if seg.seq < pos.seq {
+			continue
+		}
+		if seg.seq > pos.seq {
+			pos = position{seq: seg.seq, off: segmentHeaderSize}
+		}
+		if pos.off >= seg.size {
+			continue
+		}
+		var err error
+		data, ends, pos, err = s.readSegment(seg, pos, max, data, ends)
+		if err != nil {
+			return Batch{}, err
+		}
+	}
+	start := 0
+	for _, end := range ends {
+		b.Records = append(b.Records, data[start:end:end])
+		start = end
+	}
+	b.end = pos
+	return b, nil
+}
+
+// readSegment appends to data the payloads of seg from pos up to seg.size
+// (at most max records in all), and returns the position after the last one.
+// A segment deleted meanwhile (dropped for the bound) is skipped; a damaged
+// frame ends the segment (counted, logged).
+func (s *Spool) readSegment(seg segment, pos position, max int, data []byte, ends []int) ([]byte, []int, position, error) {
+	f, err := s.readerFor(seg.seq)
+	if errors.Is(err, os.ErrNotExist) {
+		return data, ends, position{seq: seg.seq + 1, off: segmentHeaderSize}, nil
+	}
+	if err != nil {
+		return data, ends, pos, err
+	}
+	r := bufio.NewReaderSize(io.NewSectionReader(f, pos.off, seg.size-pos.off), defaultBatchReadBuf)
+	var hdr [frameHeaderSize]byte
+	for len(ends) < max && pos.off < seg.size {
+		start := len(data)
+		payload, err := readFrame(r, &hdr, data)
+		if err != nil {
+			s.mu.Lock()
+			s.stats.Corrupt++
+			s.mu.Unlock()
+			s.log.Error("spool: damaged record, skipping the rest of its segment",
+				"dir", s.dir, "segment", seg.seq, "offset", pos.off, "err", err)
+			return data[:start], ends, position{seq: seg.seq, off: seg.size, n: seg.records}, nil
+		}
+		data = payload
+		ends = append(ends, len(data))
+		pos.off += int64(frameHeaderSize + len(data) - start)
+		pos.n++
+	}
+	return data, ends, pos, nil
+}
+
+// readFrame reads one frame from r and appends its payload to dst.
+func readFrame(r io.Reader, hdr *[frameHeaderSize]byte, dst []byte) ([]byte, error) {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return dst, fmt.Errorf("frame header: %w", err)
+	}
+	n := binary.LittleEndian.Uint32(hdr[0:4])
+	if n == 0 || n > MaxRecordBytes {
+		return dst, fmt.Errorf("frame length %d out of range", n)
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, int(n))[:start+int(n)]
+	if _, err := io.ReadFull(r, dst[start:]); err != nil {
+		return dst[:start], fmt.Errorf("frame payload: %w", err)
+	}
+	crc := crc32.Update(crc32.Update(0, castagnoli, hdr[0:4]), castagnoli, dst[start:])
+	if crc != binary.LittleEndian.Uint32(hdr[4:8]) {
+		return dst[:start], errors.New("frame CRC mismatch")
+	}
+	return dst, nil
+}
+
+// readerFor returns a read handle on segment seq, reusing the last one.
+func (s *Spool) readerFor(seq uint64) (*os.File, error) {
+	if s.rf != nil && s.rfSeq == seq {
+		return s.rf, nil
+	}
+	if s.rf != nil {
+		s.rf.Close()
+		s.rf = nil
+	}
+	f, err := os.Open(s.segmentPath(seq))
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	s.rf, s.rfSeq = f, seq
+	return f, nil
+}
+
+// Ack records that every record of b, and every record before it, was
+// delivered: the ack file is replaced (write-rename, fsynced unless
+// SyncNone) before Ack returns, and fully acknowledged segments are deleted.
+// Acknowledging a batch older than the last one acknowledged, or one whose
+// records were dropped since, is a no-op.
+func (s *Spool) Ack(b Batch) error {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if !b.end.after(s.cursor) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+
+	if err := s.writeAck(b.end); err != nil {
+		return err
+	}
+
+	s.mu.Lock()
+	var remove []uint64
+	if b.end.after(s.cursor) {
+		before := s.records - s.cursor.n
+		for len(s.segs) > 1 && s.segs[0].seq < b.end.seq {
+			remove = append(remove, s.segs[0].seq)
+			s.removeHeadLocked()
+		}
+		if len(s.segs) > 0 && s.segs[0].seq == b.end.seq {
+			s.cursor = b.end
+		}
+		remove = append(remove, s.trimAckedLocked()...)
+		s.stats.Acked += uint64(before - (s.records - s.cursor.n))
+	}
+	s.mu.Unlock()
+	s.removeAcked(remove)
+	return nil
+}
+
+// removeAcked deletes the files of acknowledged segments. A failure is
+// logged: the segment is already forgotten, and the next Open deletes it.
+func (s *Spool) removeAcked(seqs []uint64) {
+	for _, seq := range seqs {
+		if err := os.Remove(s.segmentPath(seq)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Error("spool: deleting an acknowledged segment", "dir", s.dir, "segment", seq, "err", err)
+		}
+	}
+}
+
+// trimAckedLocked forgets the sealed segments at the head that are fully
+// acknowledged, and returns their numbers for deletion.
+func (s *Spool) trimAckedLocked() []uint64 {
+	var out []uint64
+	for len(s.segs) > 1 && s.cursor.seq == s.segs[0].seq && s.cursor.off >= s.segs[0].size {
+		out = append(out, s.segs[0].seq)
+		s.removeHeadLocked()
+	}
+	return out
+}
+
+// writeAck replaces the ack file with p.
+func (s *Spool) writeAck(p position) error {
+	path := filepath.Join(s.dir, ackFileName)
+	tmp := path + ".tmp"
+	content := fmt.Sprintf("%d %d\n", p.seq, p.off)
+	if err := writeFileSync(tmp, []byte(content), s.opt.Sync != meter.SyncNone); err != nil {
+		return fmt.Errorf("spool: writing the ack file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("spool: writing the ack file: %w", err)
+	}
+	if s.opt.Sync != meter.SyncNone {
+		if err := filesync.SyncDir(s.dir); err != nil {
+			return fmt.Errorf("spool: writing the ack file: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeFileSync(path string, data []byte, fsync bool) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return filesync.Close(f, fsync)
+}
+
+// Stats returns the current counters.
+func (s *Spool) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Pending = s.records - s.cursor.n
+	st.Bytes = s.total
+	st.Segments = len(s.segs)
+	return st
+}
+
+// Close fsyncs (unless SyncNone) and closes the spool. Later calls of any
+// method return ErrClosed.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.syncer.Stop()
+	// Lock order: ackMu, readMu, mu.
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if s.f != nil {
+		err = filesync.Close(s.f, s.opt.Sync != meter.SyncNone)
+		s.f = nil
+	}
+	s.closeFiles()
+	return err
+}
+
+// closeFiles closes every handle and releases the lock.
+func (s *Spool) closeFiles() {
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+	if s.rf != nil {
+		s.rf.Close()
+		s.rf = nil
+	}
+	if s.lock != nil {
+		unlockDir(s.lock)
+		s.lock = nil
+	}
+}
+
+func (s *Spool) segmentPath(seq uint64) string {
+	return filepath.Join(s.dir, fmt.Sprintf("%0*d%s", segmentNameDigits, seq, segmentSuffix))
+}
+
+// parseSegmentName returns the number of a segment file name.
+func parseSegmentName(name string) (uint64, bool) {
+	digits, ok := strings.CutSuffix(name, segmentSuffix)
+	if !ok || len(digits) != segmentNameDigits {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(digits, 10, 64)
+	return seq, err == nil && seq > 0
+}

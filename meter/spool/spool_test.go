@@ -1,0 +1,605 @@
+package spool
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/internal/proctest"
+	"sluice/meter"
+	"sluice/meter/internal/metertest"
+)
+
+// record returns a realistic record with id "r<i>" (470 bytes framed).
+func record(i int) *meter.Record {
+	return metertest.Record(fmt.Sprintf("r%07d", i))
+}
+
+// written creates a spool with records 0..n-1, runs then on it (when not
+// nil), closes it, and returns its directory.
+func written(t *testing.T, n int, then func(*Spool)) string {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{Sync: meter.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, s, 0, n)
+	if then != nil {
+		then(s)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func openT(t *testing.T, dir string, opt Options) *Spool {
+	t.Helper()
+	s, err := Open(dir, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func appendN(t *testing.T, s *Spool, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if err := s.Append(record(i)); err != nil {
+			t.Fatalf("Append(%d): %v", i, err)
+		}
+	}
+}
+
+// ids decodes a batch and returns its record ids.
+func ids(t *testing.T, b Batch) []string {
+	t.Helper()
+	out := make([]string, 0, b.Len())
+	for _, p := range b.Records {
+		r, err := meter.Decode(p)
+		if err != nil {
+			t.Fatalf("decoding %q: %v", p, err)
+		}
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+// drain reads and acknowledges every record in batches of size.
+func drain(t *testing.T, s *Spool, size int) []string {
+	t.Helper()
+	var out []string
+	for {
+		b, err := s.Next(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Len() == 0 {
+			return out
+		}
+		out = append(out, ids(t, b)...)
+		if err := s.Ack(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func idRange(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, record(i).ID)
+	}
+	return out
+}
+
+func segmentFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestRoundTripAcrossRotation(t *testing.T) {
+	tests := []struct {
+		name  string
+		opt   Options
+		n     int
+		batch int
+	}{
+		{name: "sync none, small segments", opt: Options{Sync: meter.SyncNone, SegmentBytes: 4 << 10}, n: 500, batch: 37},
+		{name: "sync interval", opt: Options{Sync: meter.SyncInterval, SyncInterval: time.Millisecond, SegmentBytes: 4 << 10}, n: 500, batch: 100},
+		{name: "sync always", opt: Options{Sync: meter.SyncAlways, SegmentBytes: 4 << 10}, n: 60, batch: 7},
+		{name: "one batch for everything", opt: Options{Sync: meter.SyncNone, SegmentBytes: 4 << 10}, n: 300, batch: 1000},
+		{name: "default options", opt: Options{}, n: 200, batch: 50},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openT(t, dir, tt.opt)
+			appendN(t, s, 0, tt.n)
+			if tt.opt.SegmentBytes != 0 && len(segmentFiles(t, dir)) < 3 {
+				t.Fatalf("%d segment files, want rotation to have made several", len(segmentFiles(t, dir)))
+			}
+			if st := s.Stats(); st.Appended != uint64(tt.n) || st.Pending != int64(tt.n) {
+				t.Fatalf("stats after append: %+v", st)
+			}
+
+			// Without an Ack, Next returns the same records again.
+			b1, err := s.Next(tt.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b2, err := s.Next(tt.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ids(t, b1), ids(t, b2)) || b1.Len() != min(tt.batch, tt.n) {
+				t.Fatalf("two Next without Ack: %d and %d records, want the same %d", b1.Len(), b2.Len(), min(tt.batch, tt.n))
+			}
+
+			got := drain(t, s, tt.batch)
+			if want := idRange(0, tt.n); !slices.Equal(got, want) {
+				t.Fatalf("read %d records, want %d in order (first got %v)", len(got), len(want), got[:min(3, len(got))])
+			}
+			st := s.Stats()
+			if st.Pending != 0 || st.Acked != uint64(tt.n) || st.Segments != 1 {
+				t.Errorf("stats after draining: %+v, want 0 pending, %d acked, 1 segment", st, tt.n)
+			}
+			if files := segmentFiles(t, dir); len(files) != 1 {
+				t.Errorf("segment files after draining: %v, want only the active one", files)
+			}
+
+			// Appending after a full drain continues the stream.
+			appendN(t, s, tt.n, tt.n+5)
+			if got := drain(t, s, tt.batch); !slices.Equal(got, idRange(tt.n, tt.n+5)) {
+				t.Errorf("after drain, read %v", got)
+			}
+		})
+	}
+}
+
+// TestConcurrentAppenders: records appended from many goroutines at once are
+// all there exactly once, each goroutine's in its own order, while a shipper
+// reads and acknowledges concurrently.
+func TestConcurrentAppenders(t *testing.T) {
+	const writers, each = 8, 400
+	s := openT(t, t.TempDir(), Options{Sync: meter.SyncInterval, SyncInterval: 2 * time.Millisecond, SegmentBytes: 8 << 10})
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if err := s.Append(record(w*each + i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	var got []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for len(got) < writers*each {
+			b, err := s.Next(64)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got = append(got, ids(t, b)...)
+			if err := s.Ack(b); err != nil {
+				t.Error(err)
+				return
+			}
+			_ = s.Stats()
+		}
+	}()
+	wg.Wait()
+	<-done
+	seen := map[string]int{}
+	last := make([]string, writers)
+	for _, id := range got {
+		seen[id]++
+		var n int
+		fmt.Sscanf(id, "r%d", &n)
+		w := n / each
+		if id <= last[w] {
+			t.Fatalf("writer %d: %s after %s", w, id, last[w])
+		}
+		last[w] = id
+	}
+	if len(seen) != writers*each || len(got) != writers*each {
+		t.Fatalf("read %d records, %d distinct; want %d", len(got), len(seen), writers*each)
+	}
+	if st := s.Stats(); st.Pending != 0 || st.Acked != writers*each {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+// TestTornTailRepaired: what a crash can leave at the end of a segment is cut
+// at Open, counted and logged; every whole record before it is kept, and
+// appending continues after it.
+func TestTornTailRepaired(t *testing.T) {
+	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+	tests := []struct {
+		name     string
+		damage   func(t *testing.T, path string, size int64)
+		keep     int   // records kept of 10
+		cutBytes int64 // bytes cut
+	}{
+		{
+			name:   "partial payload",
+			damage: func(t *testing.T, path string, size int64) { truncate(t, path, size-10) },
+			keep:   9, cutBytes: frame - 10,
+		},
+		{
+			name:   "partial frame header",
+			damage: func(t *testing.T, path string, size int64) { appendBytes(t, path, []byte{0x40, 0x01, 0}) },
+			keep:   10, cutBytes: 3,
+		},
+		{
+			name:   "bad CRC in the last frame",
+			damage: func(t *testing.T, path string, size int64) { flipByte(t, path, size-5) },
+			keep:   9, cutBytes: frame,
+		},
+		{
+			name: "length out of range",
+			damage: func(t *testing.T, path string, size int64) {
+				appendBytes(t, path, []byte{0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4, 5, 6})
+			},
+			keep: 10, cutBytes: 10,
+		},
+		{
+			name:   "zeros after the last frame (preallocated, never written)",
+			damage: func(t *testing.T, path string, size int64) { appendBytes(t, path, make([]byte, 4096)) },
+			keep:   10, cutBytes: 4096,
+		},
+		{
+			name:   "bad CRC in a middle frame: the rest of the segment goes",
+			damage: func(t *testing.T, path string, size int64) { flipByte(t, path, segmentHeaderSize+3*frame+20) },
+			keep:   3, cutBytes: 7 * frame,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := written(t, 10, nil)
+			files := segmentFiles(t, dir)
+			if len(files) != 1 {
+				t.Fatalf("segment files %v", files)
+			}
+			st, _ := os.Stat(files[0])
+			tt.damage(t, files[0], st.Size())
+
+			var logs proctest.Buffer
+			s := openT(t, dir, Options{Sync: meter.SyncNone, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			stats := s.Stats()
+			if stats.Repairs != 1 || stats.RepairedBytes != uint64(tt.cutBytes) || stats.Pending != int64(tt.keep) {
+				t.Errorf("stats after repair: %+v, want 1 repair of %d bytes, %d pending", stats, tt.cutBytes, tt.keep)
+			}
+			if !strings.Contains(logs.String(), "torn tail") {
+				t.Errorf("no log line for the repair:\n%s", logs.String())
+			}
+			appendN(t, s, 100, 103)
+			want := append(idRange(0, tt.keep), idRange(100, 103)...)
+			if got := drain(t, s, 4); !slices.Equal(got, want) {
+				t.Errorf("read %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestTornSegmentHeader(t *testing.T) {
+	dir := written(t, 3, nil)
+	// A crash right after creating the next segment, before its header was
+	// complete.
+	if err := os.WriteFile(filepath.Join(dir, "000000000002.seg"), []byte("SLS"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s := openT(t, dir, Options{Sync: meter.SyncNone})
+	if st := s.Stats(); st.Repairs != 1 || st.Pending != 3 {
+		t.Errorf("stats: %+v", st)
+	}
+	appendN(t, s, 3, 5)
+	if got := drain(t, s, 10); !slices.Equal(got, idRange(0, 5)) {
+		t.Errorf("read %v", got)
+	}
+}
+
+func TestOpenRefusesForeignSegment(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "000000000001.seg"), []byte("not a spool file at all"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "not a spool segment") {
+		t.Fatalf("Open = %v, want a bad header error", err)
+	}
+	// The lock was released: a later Open is not refused as "in use".
+	os.Remove(filepath.Join(dir, "000000000001.seg"))
+	openT(t, dir, Options{})
+}
+
+// TestAckPersistsAcrossReopen: after a reopen, delivery resumes after the
+// last acknowledged batch; a batch read but not acknowledged is delivered
+// again (at least once); acknowledged segments are gone from disk.
+func TestAckPersistsAcrossReopen(t *testing.T) {
+	tests := []struct {
+		name string
+		sync meter.SyncMode
+	}{
+		{"sync none", meter.SyncNone},
+		{"sync interval", meter.SyncInterval},
+		{"sync always", meter.SyncAlways},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opt := Options{Sync: tt.sync, SegmentBytes: 4 << 10}
+			s, err := Open(dir, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendN(t, s, 0, 100)
+			filesBefore := len(segmentFiles(t, dir))
+			b, _ := s.Next(45)
+			if err := s.Ack(b); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(segmentFiles(t, dir)); got >= filesBefore {
+				t.Errorf("segment files %d after acknowledging 45 records, had %d: want the acknowledged ones deleted", got, filesBefore)
+			}
+			if b, _ := s.Next(30); b.Len() != 30 { // read, never acknowledged
+				t.Fatalf("Next(30) = %d records", b.Len())
+			}
+			// A stale batch acknowledged late changes nothing.
+			if err := s.Ack(b); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+
+			s = openT(t, dir, opt)
+			if st := s.Stats(); st.Pending != 55 {
+				t.Errorf("pending after reopen = %d, want 55", st.Pending)
+			}
+			if got := drain(t, s, 10); !slices.Equal(got, idRange(45, 100)) {
+				t.Errorf("after reopen read %d records starting %v, want r45..r99", len(got), got[:min(1, len(got))])
+			}
+		})
+	}
+}
+
+func TestAckFileUnreadable(t *testing.T) {
+	tests := []struct{ name, content string }{
+		{"garbage", "hello"},
+		{"no newline", "1 8"},
+		{"offset inside the header", "1 3\n"},
+		{"empty (renamed before its data reached the disk)", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := written(t, 10, func(s *Spool) {
+				b, _ := s.Next(5)
+				s.Ack(b)
+			})
+			if err := os.WriteFile(filepath.Join(dir, ackFileName), []byte(tt.content), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			var logs proctest.Buffer
+			s := openT(t, dir, Options{Sync: meter.SyncNone, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if got := drain(t, s, 100); !slices.Equal(got, idRange(0, 10)) {
+				t.Errorf("read %v, want everything again", got)
+			}
+			if !strings.Contains(logs.String(), "ignoring the ack file") {
+				t.Errorf("no warning:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+func TestAckNotOnBoundary(t *testing.T) {
+	dir := written(t, 10, nil)
+	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+	ack := fmt.Sprintf("1 %d\n", segmentHeaderSize+4*frame+7)
+	if err := os.WriteFile(filepath.Join(dir, ackFileName), []byte(ack), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s := openT(t, dir, Options{Sync: meter.SyncNone})
+	if got := drain(t, s, 100); !slices.Equal(got, idRange(4, 10)) {
+		t.Errorf("read %v, want from the boundary before the acknowledged offset", got)
+	}
+}
+
+// TestBoundDropsOldest: past MaxBytes the oldest segments go, unacknowledged
+// or not; the loss is counted and logged once per dropped segment; the spool
+// never exceeds its bound; the newest records are kept.
+func TestBoundDropsOldest(t *testing.T) {
+	tests := []struct {
+		name    string
+		ackedAt int // records acknowledged before the flood (they are not losses)
+	}{
+		{"nothing acknowledged", 0},
+		{"part of the oldest segment acknowledged", 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs proctest.Buffer
+			opt := Options{Sync: meter.SyncNone, MaxBytes: 160 << 10, SegmentBytes: 16 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+			s := openT(t, t.TempDir(), opt)
+			appendN(t, s, 0, 10)
+			if tt.ackedAt > 0 {
+				b, _ := s.Next(tt.ackedAt)
+				s.Ack(b)
+			}
+			const n = 2000 // about 660 KB of records
+			for i := 10; i < n; i++ {
+				if err := s.Append(record(i)); err != nil {
+					t.Fatal(err)
+				}
+				if st := s.Stats(); st.Bytes > opt.MaxBytes {
+					t.Fatalf("after record %d: %d bytes on disk, bound %d", i, st.Bytes, opt.MaxBytes)
+				}
+			}
+			st := s.Stats()
+			if st.Drops == 0 {
+				t.Fatal("no drop counted")
+			}
+			if st.DroppedRecords+uint64(st.Pending) != n-uint64(tt.ackedAt) {
+				t.Errorf("dropped %d + pending %d != appended %d - acked %d", st.DroppedRecords, st.Pending, n, tt.ackedAt)
+			}
+			frame := uint64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+			if st.DroppedBytes != st.DroppedRecords*frame {
+				t.Errorf("dropped bytes %d, want %d records x %d", st.DroppedBytes, st.DroppedRecords, frame)
+			}
+			if got := strings.Count(logs.String(), "dropped the oldest segment"); got != int(st.Drops) {
+				t.Errorf("%d drop log lines, %d drops counted", got, st.Drops)
+			}
+			got := drain(t, s, 500)
+			if want := idRange(n-len(got), n); !slices.Equal(got, want) {
+				t.Errorf("kept records are not the newest contiguous run: first %s last %s", got[0], got[len(got)-1])
+			}
+			if int64(len(got)) != st.Pending {
+				t.Errorf("read %d, pending was %d", len(got), st.Pending)
+			}
+		})
+	}
+}
+
+// TestDropUnderReader: a batch read from a segment that is dropped before it
+// is acknowledged stays readable, and its late Ack does not move the cursor
+// backwards.
+func TestDropUnderReader(t *testing.T) {
+	opt := Options{Sync: meter.SyncNone, MaxBytes: 160 << 10, SegmentBytes: 16 << 10}
+	s := openT(t, t.TempDir(), opt)
+	appendN(t, s, 0, 10)
+	b, err := s.Next(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, s, 10, 2000)
+	if s.Stats().Drops == 0 {
+		t.Fatal("no drop")
+	}
+	if got := ids(t, b); !slices.Equal(got, idRange(0, 10)) {
+		t.Errorf("batch changed under a drop: %v", got)
+	}
+	pending := s.Stats().Pending
+	if err := s.Ack(b); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Pending != pending || st.Acked != 0 {
+		t.Errorf("a stale Ack changed the spool: pending %d -> %d, acked %d", pending, st.Pending, st.Acked)
+	}
+}
+
+func TestAppendErrors(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{Sync: meter.SyncNone})
+	big := record(1)
+	big.RequestedModel = strings.Repeat("m", MaxRecordBytes)
+	if err := s.Append(big); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Append(huge) = %v, want ErrTooLarge", err)
+	}
+	if err := s.Append(record(2)); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.AppendErrors != 1 || st.Appended != 1 {
+		t.Errorf("stats: %+v", st)
+	}
+	if got := drain(t, s, 10); !slices.Equal(got, []string{record(2).ID}) {
+		t.Errorf("read %v", got)
+	}
+	s.Close()
+	if err := s.Append(record(3)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Append after Close = %v", err)
+	}
+	if _, err := s.Next(1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Next after Close = %v", err)
+	}
+	if err := s.Ack(Batch{}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ack after Close = %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+}
+
+func TestOpenLocked(t *testing.T) {
+	dir := t.TempDir()
+	openT(t, dir, Options{})
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second Open = %v, want in use", err)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opt  Options
+		want string
+	}{
+		{"segment too small", Options{SegmentBytes: 100}, "below the minimum"},
+		{"bound below two segments", Options{MaxBytes: 1 << 20, SegmentBytes: 600 << 10}, "two segments"},
+		{"bound below two records", Options{MaxBytes: 100 << 10, SegmentBytes: 8 << 10}, "two records"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Open(t.TempDir(), tt.opt); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Open = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	o := Options{}
+	if err := o.defaults(); err != nil || o.MaxBytes != DefaultMaxBytes || o.SegmentBytes != 16<<20 {
+		t.Errorf("defaults: %+v, %v", o, err)
+	}
+}
+
+// TestAppendDoesNotAllocate: in steady state an Append allocates nothing
+// (the frame buffer is reused).
+func TestAppendDoesNotAllocate(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{Sync: meter.SyncNone, MaxBytes: 1 << 30})
+	r := record(1)
+	s.Append(r)
+	if n := testing.AllocsPerRun(200, func() { s.Append(r) }); n != 0 {
+		t.Errorf("Append allocates %v times per record", n)
+	}
+}
+
+func truncate(t *testing.T, path string, size int64) {
+	t.Helper()
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func appendBytes(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func flipByte(t *testing.T, path string, off int64) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0x20
+	if err := os.WriteFile(path, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
