@@ -25,7 +25,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/mockllm"
@@ -565,12 +566,12 @@ func TestUndefinedApplicationRefused(t *testing.T) {
 	env := startLimitsEnv(t, deploymentDoc([]string{"app-a", "app-b"}, routes("          allow: [gpt-4o-mini]\n")), nil)
 	lookup := func(name string) (string, bool) {
 		if id, ok := strings.CutPrefix(name, "KEY_"); ok {
-			return config.HashKey(appKey(strings.ToLower(strings.ReplaceAll(id, "_", "-")))), true
+			return deployment.HashKey(appKey(strings.ToLower(strings.ReplaceAll(id, "_", "-")))), true
 		}
 		return env.MockURL, name == "MOCK_URL" || name == "FLAKY_URL"
 	}
 	bad := deploymentDoc([]string{"app-a", "app-b"}, routes("          perApplication:\n            app-a: [gpt-4o-mini]\n            app-bb: [gpt-4o-mini]\n"))
-	err := env.GW.Reload(func() (*config.Deployment, error) { return config.ParseEnv([]byte(bad), "deploy.yaml", lookup) })
+	err := env.GW.Reload(func() (*deployment.Deployment, error) { return yamlfile.ParseEnv([]byte(bad), "deploy.yaml", lookup) })
 	line := strings.Count(bad[:strings.Index(bad, "app-bb")], "\n") + 1
 	want := fmt.Sprintf("deploy.yaml:%d:13: routes[0].policies[1].params.perApplication.app-bb: application \"app-bb\" is not defined in applications", line)
 	if err == nil || !strings.Contains(err.Error(), want) {

@@ -20,7 +20,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"sluice/counter"
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/gwerror"
 	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
@@ -1299,12 +1300,12 @@ func TestReloadKeepsCountersAndInFlight(t *testing.T) {
 		t.Fatalf("open reservations %v with one stream in flight", open)
 	}
 
-	dep, err := config.ParseEnv([]byte(doc(2000)), "reloaded", func(name string) (string, bool) {
+	dep, err := yamlfile.ParseEnv([]byte(doc(2000)), "reloaded", func(name string) (string, bool) {
 		switch name {
 		case "MOCK_URL", "FLAKY_URL":
 			return env.MockURL, true
 		case "KEY_APP_A":
-			return config.HashKey(appKey("app-a")), true
+			return deployment.HashKey(appKey("app-a")), true
 		}
 		return "", false
 	})

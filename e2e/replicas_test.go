@@ -23,7 +23,7 @@ import (
 
 	"sluice/counter"
 	"sluice/counter/redisstore"
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/gwerror/gwerrortest"
 	"sluice/internal/proctest"
 	"sluice/internal/redistest"
@@ -86,7 +86,7 @@ routes:
           algorithm: fixed-window
           reserveOutput: maxTokens
           totalTokenLimits: [{count: %d, duration: %s}]
-`, countersYAML, upstream, replicaAppID, config.HashKey(replicaAPIKey), limit, window)
+`, countersYAML, upstream, replicaAppID, deployment.HashKey(replicaAPIKey), limit, window)
 	path := filepath.Join(t.TempDir(), "deployment.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/gwerror"
 	"sluice/gwerror/gwerrortest"
 	"sluice/internal/proctest"
@@ -295,23 +295,32 @@ func testRegistry(log *recLog) *policies.Registry {
 	return policies.NewRegistry(def)
 }
 
-func rec(tag string, extra map[string]any) config.PolicyEntry {
+func rec(tag string, extra map[string]any) deployment.PolicyEntry {
 	params := map[string]any{"tag": tag}
 	for k, v := range extra {
 		params[k] = v
 	}
-	return config.PolicyEntry{Name: "recorder", Version: "v1", Params: params}
+	return deployment.PolicyEntry{Name: "recorder", Version: "v1", Params: params}
 }
 
-func deployment(targets []string, retries int, chain ...config.PolicyEntry) *config.Deployment {
-	return &config.Deployment{
+func recDeployment(targets []string, retries int, chain ...deployment.PolicyEntry) *deployment.Deployment {
+	return prepared(&deployment.Deployment{
 		APIVersion: "sluice/v1",
-		Providers: []config.Provider{{Name: "openai", Type: "openai", Targets: targets,
-			Auth:    &config.Auth{Header: "Authorization", Value: "Bearer upstream-secret"},
-			Retries: &retries, Timeout: config.Duration(20 * time.Second),
+		Providers: []deployment.Provider{{Name: "openai", Type: "openai", Targets: targets,
+			Auth:    &deployment.Auth{Header: "Authorization", Value: "Bearer upstream-secret"},
+			Retries: &retries, Timeout: deployment.Duration(20 * time.Second),
 			ForwardHeaders: []string{"x-mock-*", "x-fake-*"}}},
-		Routes: []config.Route{{Name: "r1", Context: "/openai", Provider: "openai", Policies: chain}},
+		Routes: []deployment.Route{{Name: "r1", Context: "/openai", Provider: "openai", Policies: chain}},
+	})
+}
+
+// prepared is d as a gateway is handed a document: validated (a test
+// document that does not validate is a bug of the test).
+func prepared(d *deployment.Deployment) *deployment.Deployment {
+	if err := deployment.Validate(d); err != nil {
+		panic(err)
 	}
+	return d
 }
 
 type testEnv struct {
@@ -321,14 +330,14 @@ type testEnv struct {
 	logs *proctest.Buffer
 }
 
-func startGateway(t *testing.T, d *config.Deployment) *testEnv {
+func startGateway(t *testing.T, d *deployment.Deployment) *testEnv {
 	t.Helper()
 	return startGatewayWith(t, d, nil)
 }
 
 // startGatewayWith is startGateway with the metrics registry given (nil: a
 // fresh one the test cannot see).
-func startGatewayWith(t *testing.T, d *config.Deployment, reg *prometheus.Registry) *testEnv {
+func startGatewayWith(t *testing.T, d *deployment.Deployment, reg *prometheus.Registry) *testEnv {
 	t.Helper()
 	rl := newRecLog()
 	// Runs after serveGateway's cleanup (Shutdown): every instance closed.
@@ -346,7 +355,7 @@ func startGatewayWith(t *testing.T, d *config.Deployment, reg *prometheus.Regist
 // serveGateway builds a gateway from opts, applies d and serves it on a free
 // loopback port until the test ends (shutdown waits for Serve to return). It
 // returns the gateway and http://ADDR.
-func serveGateway(t *testing.T, d *config.Deployment, opts Options) (*Gateway, string) {
+func serveGateway(t *testing.T, d *deployment.Deployment, opts Options) (*Gateway, string) {
 	t.Helper()
 	gw, err := New(opts)
 	if err != nil {

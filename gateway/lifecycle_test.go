@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sluice/deployment"
 	"sluice/policies"
 	"strings"
 	"sync"
@@ -151,11 +152,11 @@ func counts(n ...int32) string { return fmt.Sprint(n) }
 // the replaced instances before Apply returns.
 func TestReloadClosesReplacedInstancesWhenDrained(t *testing.T) {
 	up, arrived, release := blockingUpstream(t)
-	env := startGateway(t, deployment([]string{up}, 0, rec("old", nil)))
+	env := startGateway(t, recDeployment([]string{up}, 0, rec("old", nil)))
 	blocked := postAsync(env.base+"/openai/v1/chat/completions", "req-blocked", map[string]string{"x-fake-block": "1"})
 	<-arrived
 
-	if err := env.gw.Apply(deployment([]string{up}, 0, rec("new", nil))); err != nil {
+	if err := env.gw.Apply(recDeployment([]string{up}, 0, rec("new", nil))); err != nil {
 		t.Fatal(err)
 	}
 	resp, body := env.post(t, "/openai/v1/chat/completions", "application/json", chatBody, map[string]string{"X-Request-Id": "req-new"})
@@ -182,7 +183,7 @@ func TestReloadClosesReplacedInstancesWhenDrained(t *testing.T) {
 	}
 
 	// Nothing in flight: Apply itself closes what it replaced.
-	if err := env.gw.Apply(deployment([]string{up}, 0, rec("newer", nil))); err != nil {
+	if err := env.gw.Apply(recDeployment([]string{up}, 0, rec("newer", nil))); err != nil {
 		t.Fatal(err)
 	}
 	if got := counts(env.log.closedCounts("new")...); got != "[1]" {
@@ -197,7 +198,7 @@ func TestReloadClosesReplacedInstancesWhenDrained(t *testing.T) {
 	if got := counts(env.log.closedCounts("newer")...); got != "[1]" {
 		t.Fatalf("live instance closes %s after Shutdown, want [1]", got)
 	}
-	if err := env.gw.Apply(deployment([]string{up}, 0, rec("late", nil))); err == nil {
+	if err := env.gw.Apply(recDeployment([]string{up}, 0, rec("late", nil))); err == nil {
 		t.Fatal("Apply after Shutdown succeeded")
 	}
 	if got := env.log.instances("late"); len(got) != 0 {
@@ -210,7 +211,7 @@ func TestReloadClosesReplacedInstancesWhenDrained(t *testing.T) {
 // final call.
 func TestStreamAcrossReloadClosesAfterTheStream(t *testing.T) {
 	srv := startUpstream(t, &fakeLLM{})
-	env := startGateway(t, deployment([]string{srv.URL}, 0, rec("old", nil)))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("old", nil)))
 	req, _ := http.NewRequest(http.MethodPost, env.base+"/openai/v1/chat/completions", strings.NewReader(streamBody))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", "req-stream")
@@ -223,7 +224,7 @@ func TestStreamAcrossReloadClosesAfterTheStream(t *testing.T) {
 	br := bufio.NewReader(resp.Body)
 	readEvents(t, br, 1)
 
-	if err := env.gw.Apply(deployment([]string{srv.URL}, 0, rec("new", nil))); err != nil {
+	if err := env.gw.Apply(recDeployment([]string{srv.URL}, 0, rec("new", nil))); err != nil {
 		t.Fatal(err)
 	}
 	if got := counts(env.log.closedCounts("old")...); got != "[0]" {
@@ -246,7 +247,7 @@ func TestStreamAcrossReloadClosesAfterTheStream(t *testing.T) {
 // the request in flight has ended (it drains it first), and not before.
 func TestShutdownClosesAfterTheDrain(t *testing.T) {
 	up, arrived, release := blockingUpstream(t)
-	env := startGateway(t, deployment([]string{up}, 0, rec("live", nil)))
+	env := startGateway(t, recDeployment([]string{up}, 0, rec("live", nil)))
 	blocked := postAsync(env.base+"/openai/v1/chat/completions", "req-blocked", map[string]string{"x-fake-block": "1"})
 	<-arrived
 	shut := make(chan error, 1)
@@ -280,7 +281,7 @@ func TestShutdownClosesAfterTheDrain(t *testing.T) {
 // Shutdown, and recorder.checkOpen on every phase). Run with -race.
 func TestReloadStormClosesEachInstanceOnce(t *testing.T) {
 	srv := startUpstream(t, &fakeLLM{})
-	env := startGateway(t, deployment([]string{srv.URL}, 0, rec("gen-0", nil), rec("second", nil)))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("gen-0", nil), rec("second", nil)))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var served atomic.Int64
@@ -315,7 +316,7 @@ func TestReloadStormClosesEachInstanceOnce(t *testing.T) {
 	}
 	const reloads = 40
 	for i := 1; i <= reloads; i++ {
-		if err := env.gw.Apply(deployment([]string{srv.URL}, 0, rec(fmt.Sprintf("gen-%d", i), nil), rec("second", nil))); err != nil {
+		if err := env.gw.Apply(recDeployment([]string{srv.URL}, 0, rec(fmt.Sprintf("gen-%d", i), nil), rec("second", nil))); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -332,4 +333,24 @@ func TestReloadStormClosesEachInstanceOnce(t *testing.T) {
 		t.Fatalf("current instance closes %s before Shutdown, want [0]", got)
 	}
 	t.Logf("%d requests served across %d reloads", served.Load(), reloads)
+}
+
+// TestFailedApplyClosesWhatItBuilt: a deployment whose second route's chain
+// does not build is refused; the chain already built for its first route is
+// closed, the serving configuration's is not.
+func TestFailedApplyClosesWhatItBuilt(t *testing.T) {
+	srv := startUpstream(t, &fakeLLM{})
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("live", nil)))
+	d := recDeployment([]string{srv.URL}, 0, rec("built", nil))
+	d.Routes = append(d.Routes, deployment.Route{Name: "r2", Context: "/r2", Provider: "openai",
+		Policies: []deployment.PolicyEntry{{Name: "no-such-policy", Version: "v1"}}})
+	if err := env.gw.Apply(prepared(d)); err == nil {
+		t.Fatal("a deployment with a chain that does not build was applied")
+	}
+	if got := counts(env.log.closedCounts("built")...); got != "[1]" {
+		t.Fatalf("instance of the refused deployment closes %s, want [1]", got)
+	}
+	if got := counts(env.log.closedCounts("live")...); got != "[0]" {
+		t.Fatalf("serving instance closes %s, want [0]", got)
+	}
 }

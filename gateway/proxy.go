@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/deployment"
 	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/llmapi"
@@ -495,7 +496,7 @@ func (x *exchange) setReadDeadline(t time.Time) {
 
 func (x *exchange) writeTimeout() time.Duration {
 	if x.snap == nil {
-		return DefaultWriteTimeout
+		return deployment.DefaultWriteTimeout.D()
 	}
 	return x.snap.writeTimeout
 }

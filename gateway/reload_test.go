@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/policies"
 )
 
@@ -49,12 +50,12 @@ func TestHotReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "deploy.yaml")
 	writeFile(t, path, reloadDoc(srv.URL, "old", "/openai", "a"))
-	d, err := config.Load(path)
+	d, err := yamlfile.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := startGateway(t, d)
-	load := func() (*config.Deployment, error) { return config.Load(path) }
+	load := func() (*deployment.Deployment, error) { return yamlfile.Load(path) }
 
 	// Bad files: broken YAML, and a chain that does not build.
 	for _, bad := range []string{

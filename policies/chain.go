@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 
+	"sluice/deployment"
 	"sluice/gwerror"
 	"sluice/sse"
 )
@@ -115,8 +116,8 @@ func (c *Chain) index() {
 	if !filtered {
 		return
 	}
-	c.views = make(map[string][]int, len(Resources))
-	for _, r := range Resources {
+	c.views = make(map[string][]int, len(deployment.ResourceNames))
+	for _, r := range deployment.ResourceNames {
 		c.views[r] = c.attached(r)
 	}
 }
@@ -160,7 +161,7 @@ func (r *Registry) BuildChain(route RouteInfo, specs []EntrySpec, svc *Services,
 		}
 		version := s.Version
 		if version == "" {
-			version = "v1"
+			version = deployment.DefaultPolicyVersion
 		}
 		d, ok := r.Lookup(s.Name, version)
 		if !ok {

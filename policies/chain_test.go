@@ -311,24 +311,3 @@ func TestInstanceIDs(t *testing.T) {
 		t.Fatal("instance keys collide")
 	}
 }
-
-func TestDurations(t *testing.T) {
-	cases := []struct {
-		in  string
-		ok  bool
-		out string
-	}{
-		{"1m", true, "1m0s"}, {"1h30m", true, "1h30m0s"}, {"1d", true, "24h0m0s"}, {"30d", true, "720h0m0s"},
-		{"0s", false, ""}, {"-1h", false, ""}, {"1x", false, ""}, {"d", false, ""}, {"1.5d", false, ""},
-	}
-	for _, tc := range cases {
-		d, err := policies.ParseDuration(tc.in)
-		if (err == nil) != tc.ok {
-			t.Errorf("%q: err=%v want ok=%v", tc.in, err, tc.ok)
-			continue
-		}
-		if tc.ok && d.String() != tc.out {
-			t.Errorf("%q = %s, want %s", tc.in, d, tc.out)
-		}
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"sluice/deployment"
 	"sluice/gwerror"
 	"sluice/policies"
 )
@@ -177,5 +178,40 @@ func TestFailedBuildClosesBuiltInstances(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckClosesWhatItBuilt: the dry-run check builds every route's chain
+// with stand-in services and closes each one once, those of a document with
+// a bad route included.
+func TestCheckClosesWhatItBuilt(t *testing.T) {
+	entry := func(tag string, extra map[string]any) deployment.PolicyEntry {
+		p := map[string]any{"tag": tag}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return deployment.PolicyEntry{Name: "closer", Version: "v1", Params: p}
+	}
+	d := &deployment.Deployment{
+		APIVersion: "sluice/v1",
+		Providers:  []deployment.Provider{{Name: "p", Type: "openai", URL: "http://127.0.0.1:1"}},
+		Routes: []deployment.Route{
+			{Name: "a", Context: "/a", Provider: "p", Policies: []deployment.PolicyEntry{entry("a1", nil), entry("a2", nil)}},
+			{Name: "b", Context: "/b", Provider: "p", Policies: []deployment.PolicyEntry{entry("b1", nil), entry("b2", map[string]any{"buildError": true})}},
+			{Name: "c", Context: "/c", Provider: "p", Policies: []deployment.PolicyEntry{entry("c1", nil)}},
+		},
+	}
+	log := &closeLog{}
+	err := policies.NewChecker(closerRegistry(log)).CheckChains(d)
+	if err == nil || !strings.Contains(err.Error(), "constructor fails on purpose") {
+		t.Fatalf("CheckChains: %v, want route b's failure", err)
+	}
+	if got := strings.Join(log.order, ","); got != "a2,a1,b1,c1" {
+		t.Fatalf("closed %q, want a2,a1,b1,c1", got)
+	}
+	for _, c := range log.built {
+		if c.closes != 1 {
+			t.Fatalf("instance %s closed %d times", c.tag, c.closes)
+		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/policies/policytest"
 )
 
@@ -108,7 +108,7 @@ func TestSourceAppliesReportsAndSurvivesOutages(t *testing.T) {
 	var mu sync.Mutex
 	var applied []string
 	src := &Source{Feed: feed, Cache: cache, Wait: 200 * time.Millisecond, ReportEvery: 20 * time.Millisecond, Backoff: time.Millisecond,
-		Apply: func(d *config.Deployment) error {
+		Apply: func(d *deployment.Deployment) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if d.Routes[0].Name == "bad" {
