@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sluice/deployment"
 	"sluice/policies"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,25 @@ func blockingUpstream(t *testing.T) (url string, arrived chan struct{}, release 
 	return srv.URL, arrived, release
 }
 
+// openStream starts a chat stream under context ctx with request id id and
+// delayMs between the upstream's tokens, reads its first event and returns
+// the rest (the body is closed when the test ends).
+func (e *testEnv) openStream(t *testing.T, ctx, id string, delayMs int) *bufio.Reader {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.base+ctx+"/v1/chat/completions", strings.NewReader(streamBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	req.Header.Set("x-mock-token-delay-ms", strconv.Itoa(delayMs))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	br := bufio.NewReader(resp.Body)
+	readEvents(t, br, 1)
+	return br
+}
+
 // postAsync sends a chat completion in the background; the result arrives on
 // the channel (status, or -1 on a transport error).
 func postAsync(url, id string, hdr map[string]string) <-chan int {
@@ -212,17 +232,7 @@ func TestReloadClosesReplacedInstancesWhenDrained(t *testing.T) {
 func TestStreamAcrossReloadClosesAfterTheStream(t *testing.T) {
 	srv := startUpstream(t, &fakeLLM{})
 	env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("old", nil)))
-	req, _ := http.NewRequest(http.MethodPost, env.base+"/openai/v1/chat/completions", strings.NewReader(streamBody))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", "req-stream")
-	req.Header.Set("x-mock-token-delay-ms", "50")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	readEvents(t, br, 1)
+	br := env.openStream(t, "/openai", "req-stream", 50)
 
 	if err := env.gw.Apply(recDeployment([]string{srv.URL}, 0, rec("new", nil))); err != nil {
 		t.Fatal(err)
