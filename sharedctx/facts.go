@@ -11,8 +11,7 @@ import "sluice/llmapi"
 // under x-llm-cost.
 type MicroUSD int64
 
-// USD is m in dollars (for display and metadata extraction; budgets count
-// MicroUSD).
+// USD is m in dollars, for display (budgets count MicroUSD).
 func (m MicroUSD) USD() float64 { return float64(m) / 1e6 }
 
 // ServedModel is the model the request is served with: the model its body
