@@ -26,6 +26,8 @@ type snapshot struct {
 	writeTimeout      time.Duration
 	// metricsToken, when set, is the bearer token /metrics requires.
 	metricsToken string
+	// life counts the snapshot's references (lifecycle.go).
+	life lifetime
 }
 
 type route struct {

@@ -325,17 +325,24 @@ func (c *Checker) Check(d *deployment.Deployment) error {
 
 // CheckChains builds every route's chain of d, without the structural
 // validation (for a document that yamlfile read, which validated it):
-// problems are deployment.Errors in file order.
+// problems are deployment.Errors in file order. The chains built end their
+// life at once (Chain.Close; an error closing them is not the document's and
+// goes to the services' logger).
 func (c *Checker) CheckChains(d *deployment.Deployment) error {
 	var errs deployment.Errors
 	for i := range d.Routes {
-		if _, err := c.reg.BuildRoute(d, i, c.svc); err != nil {
-			var es deployment.Errors
-			if !errors.As(err, &es) {
-				return err
+		ch, err := c.reg.BuildRoute(d, i, c.svc)
+		if err == nil {
+			if cerr := ch.Close(); cerr != nil && c.svc.Logger != nil {
+				c.svc.Logger.Warn("closing the instances of a checked chain", "route", d.Routes[i].Name, "error", cerr)
 			}
-			errs = append(errs, es...)
+			continue
 		}
+		var es deployment.Errors
+		if !errors.As(err, &es) {
+			return err
+		}
+		errs = append(errs, es...)
 	}
 	return errs.Normalize().Err()
 }

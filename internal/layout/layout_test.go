@@ -41,9 +41,11 @@ var layers = []struct {
 	// Leaves, in their own order.
 	{"mockllm", 1.5},
 	{"tokencount", 1.3}, {"pricing", 1.3},
+	// The per-request context: it holds the request's usage (llmapi).
+	{"sharedctx", 1.25},
 	{"llmapi", 1.2},
 	{"gwerror", 1.1},
-	{"sharedctx", 1}, {"dialect", 1}, {"sse", 1}, {"policydefs", 1},
+	{"dialect", 1}, {"sse", 1}, {"policydefs", 1},
 	{"internal/clock", 0}, {"internal/satmath", 0}, {"internal/promreg", 0}, {"internal/serve", 0},
 	// Test support: imported by tests only.
 	{"internal/pgtest", 0}, {"internal/redistest", 0}, {"internal/proctest", 0},
