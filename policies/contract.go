@@ -1,5 +1,18 @@
 // Package policies defines the policy contract, the registry of definitions, the
-// strict params decoding, and the chain runner that owns the lifecycle guarantee.
+// strict params decoding, the chain runner that owns the lifecycle guarantee,
+// the route-to-chain conversion (Registry.BuildRoute) and the dry-run chain
+// check (Check, with stand-in services) that `sluice validate` and the
+// platform run. One package per built-in policy lives below it
+// (policies/<name>, registered by policies/builtin), and the limit engine the
+// limit policies share in policies/ratelimit.
+//
+// Import rule (docs/architecture.md, checked by internal/layout): policies
+// import the services they are handed (counter, admission), the deployment
+// document's types, and the leaves (sharedctx, gwerror, llmapi, dialect,
+// pricing, tokencount, ...); never the gateway, the platform or the wiring.
+// Services are injected through Services; a policy instance never closes
+// them (they belong to the wiring) and may release its own resources in
+// Closer.Close.
 //
 // Phases, in execution order for one request:
 //
