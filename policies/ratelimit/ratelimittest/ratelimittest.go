@@ -5,6 +5,8 @@ package ratelimittest
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -91,6 +93,63 @@ func (h *Harness) Chain(route string, specs ...policies.EntrySpec) *policies.Cha
 func (h *Harness) BuildChain(route string, specs ...policies.EntrySpec) (*policies.Chain, error) {
 	return h.Registry.BuildChain(policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, specs, h.Svc,
 		policies.GatewayProvided)
+}
+
+// ParamErrors builds a chain of specs on route and returns the params
+// errors of the entry that failed, each "path: message" (ParamError.Error),
+// in the policy's order; nil when the chain builds. Any other error fails
+// the test.
+func (h *Harness) ParamErrors(route string, specs ...policies.EntrySpec) []string {
+	h.T.Helper()
+	_, err := h.BuildChain(route, specs...)
+	if err == nil {
+		return nil
+	}
+	var ee *policies.EntryError
+	if !errors.As(err, &ee) || len(ee.Params) == 0 {
+		h.T.Fatalf("BuildChain: %v, want params errors", err)
+	}
+	return messages(ee.Params)
+}
+
+// BuildErrors builds params with def.Build, skipping the schema and
+// Validate: the params errors of a build that relies on no earlier check,
+// as ParamErrors lists them ("path: message"); nil when it builds. params
+// is def's params struct (a pointer), or a map[string]any decoded into one
+// with encoding/json. Any other error fails the test.
+func (h *Harness) BuildErrors(def policies.Definition, route string, params any) []string {
+	h.T.Helper()
+	p := params
+	if m, ok := params.(map[string]any); ok {
+		js, err := json.Marshal(m)
+		if err != nil {
+			h.T.Fatal(err)
+		}
+		p = def.NewParams()
+		if err := json.Unmarshal(js, p); err != nil {
+			h.T.Fatal(err)
+		}
+	}
+	pol, err := def.Build(p, policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, h.Svc)
+	if err == nil {
+		if c, ok := pol.(policies.Closer); ok {
+			_ = c.Close()
+		}
+		return nil
+	}
+	var pe policies.ParamErrors
+	if !errors.As(err, &pe) {
+		h.T.Fatalf("%s build: %v, want params errors", def.Name, err)
+	}
+	return messages(pe)
+}
+
+func messages(pe policies.ParamErrors) []string {
+	out := make([]string, len(pe))
+	for i, e := range pe {
+		out[i] = e.Error()
+	}
+	return out
 }
 
 // Req describes a chat request.
