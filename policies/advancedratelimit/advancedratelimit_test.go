@@ -3,6 +3,7 @@ package advancedratelimit_test
 import (
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +282,66 @@ func TestAdvancedCostQuotaExact(t *testing.T) {
 		if got, want := 10_000_000-h.Remaining("{r}:advanced-ratelimit:musd:window-1d", day(10_000_000)), (prompt+999)/1000; got != want {
 			t.Errorf("%d µUSD: the milli-USD quota was charged %d, want %d", prompt, got, want)
 		}
+	}
+}
+
+// refused are params the policy refuses, with its errors in its order.
+// They are all the policy's own (Validate's), which build reports too when
+// handed the params directly.
+var refused = []struct {
+	name   string
+	params map[string]any
+	want   []string
+}{
+	{"quota twice", map[string]any{"quotas": []any{quota("q", 1, "1m", nil), quota("q", 2, "1h", nil)}},
+		[]string{`quotas.1.name: quota "q" is listed twice`}},
+	{"every kind at once", map[string]any{"algorithm": "fixed-window", "quotas": []any{
+		quota("a", 1, "1500ms", map[string]any{"keyExtraction": []any{
+			map[string]any{"type": "header"}, map[string]any{"type": "constant"}, map[string]any{"type": "metadata"}}}),
+		map[string]any{"name": "b", "limits": []any{map[string]any{"limit": 1, "duration": "1m"}, map[string]any{"limit": 2, "duration": "1m"}},
+			"costExtraction": map[string]any{"source": "metadata"}},
+	}, "onRateLimitExceeded": map[string]any{"body": "not json"}},
+		[]string{
+			"quotas.0.limits.0.duration: duration 1.5s: a window must be a whole number of seconds",
+			"quotas.0.keyExtraction.0.key: header components need a key",
+			"quotas.0.keyExtraction.1.value: constant components need a value",
+			"quotas.0.keyExtraction.2.key: metadata components need a key",
+			"quotas.1.limits.1.duration: duration 1m0s is listed twice",
+			"quotas.1.costExtraction.key: source metadata needs a key",
+			"onRateLimitExceeded.body: body must be valid JSON",
+		}},
+}
+
+func TestValidation(t *testing.T) {
+	h := ratelimittest.New(t, advancedratelimit.Definition())
+	for _, tc := range refused {
+		if got := h.ParamErrors(route, ratelimittest.Entry(advancedratelimit.Name, tc.params)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: errors %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestBuildChecksParams: build computes the quotas with the same function
+// as Validate, so params that skipped Validate are refused with its errors,
+// multipliers that JSON cannot carry (NaN, infinities) included.
+func TestBuildChecksParams(t *testing.T) {
+	h := ratelimittest.New(t, advancedratelimit.Definition())
+	for _, tc := range refused {
+		if got := h.BuildErrors(advancedratelimit.Definition(), route, tc.params); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: build errors %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	p := &advancedratelimit.Params{Quotas: []advancedratelimit.Quota{{Name: "q",
+		Limits:         []advancedratelimit.QuotaLimit{{Limit: 1, Duration: policies.Duration(time.Minute)}},
+		CostExtraction: &advancedratelimit.CostExtraction{Source: "response", PromptMultiplier: math.NaN(), Multiplier: math.Inf(1)}}}}
+	want := []string{"quotas.0.costExtraction.promptMultiplier: must be a finite number", "quotas.0.costExtraction.multiplier: must be a finite number"}
+	if got := h.BuildErrors(advancedratelimit.Definition(), route, p); !slices.Equal(got, want) {
+		t.Errorf("NaN and infinite multipliers: build errors %q, want %q", got, want)
+	}
+	if err := p.Validate(); err == nil || err.Error() != strings.Join(want, "; ") {
+		t.Errorf("NaN and infinite multipliers: Validate %v, want %q", err, want)
+	}
+	if got := h.BuildErrors(advancedratelimit.Definition(), route, map[string]any{"quotas": []any{quota("q", 1, "1m", nil)}}); got != nil {
+		t.Errorf("valid params: build errors %q", got)
 	}
 }

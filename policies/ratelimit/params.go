@@ -93,15 +93,6 @@ func repeatedDuration(ds []time.Duration) int {
 	return -1
 }
 
-// ValidateDurations checks that no two entries of one list share a duration
-// (they would share a counter key).
-func ValidateDurations(field string, ds []time.Duration) *policies.ParamError {
-	if i := repeatedDuration(ds); i >= 0 {
-		return &policies.ParamError{Path: ParamPath(field, i, "duration"), Message: fmt.Sprintf("duration %v is listed twice", ds[i])}
-	}
-	return nil
-}
-
 // CheckOverrides refuses the n overrides of a limit kept per route:
 // overrides are per application.
 func (s *LimitSet) CheckOverrides(consumerBased bool, n int) {
