@@ -285,23 +285,18 @@ func TestAdvancedCostQuotaExact(t *testing.T) {
 	}
 }
 
-// refused are params the policy refuses, with its errors in its order.
-// They are all the policy's own (Validate's), which build reports too when
-// handed the params directly.
-var refused = []struct {
-	name   string
-	params map[string]any
-	want   []string
-}{
-	{"quota twice", map[string]any{"quotas": []any{quota("q", 1, "1m", nil), quota("q", 2, "1h", nil)}},
-		[]string{`quotas.1.name: quota "q" is listed twice`}},
-	{"every kind at once", map[string]any{"algorithm": "fixed-window", "quotas": []any{
+// refused are params the policy refuses, with its errors in its order
+// (all the policy's own, none the schema's).
+var refused = []ratelimittest.Refused{
+	{Name: "quota twice", Params: map[string]any{"quotas": []any{quota("q", 1, "1m", nil), quota("q", 2, "1h", nil)}},
+		Want: []string{`quotas.1.name: quota "q" is listed twice`}},
+	{Name: "every kind at once", Params: map[string]any{"algorithm": "fixed-window", "quotas": []any{
 		quota("a", 1, "1500ms", map[string]any{"keyExtraction": []any{
 			map[string]any{"type": "header"}, map[string]any{"type": "constant"}, map[string]any{"type": "metadata"}}}),
 		map[string]any{"name": "b", "limits": []any{map[string]any{"limit": 1, "duration": "1m"}, map[string]any{"limit": 2, "duration": "1m"}},
 			"costExtraction": map[string]any{"source": "metadata"}},
 	}, "onRateLimitExceeded": map[string]any{"body": "not json"}},
-		[]string{
+		Want: []string{
 			"quotas.0.limits.0.duration: duration 1.5s: a window must be a whole number of seconds",
 			"quotas.0.keyExtraction.0.key: header components need a key",
 			"quotas.0.keyExtraction.1.value: constant components need a value",
@@ -313,12 +308,7 @@ var refused = []struct {
 }
 
 func TestValidation(t *testing.T) {
-	h := ratelimittest.New(t, advancedratelimit.Definition())
-	for _, tc := range refused {
-		if got := h.ParamErrors(route, ratelimittest.Entry(advancedratelimit.Name, tc.params)); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: errors %q, want %q", tc.name, got, tc.want)
-		}
-	}
+	ratelimittest.New(t, advancedratelimit.Definition()).CheckValidation(advancedratelimit.Definition(), route, refused)
 }
 
 // TestBuildChecksParams: build computes the quotas with the same function
@@ -326,11 +316,7 @@ func TestValidation(t *testing.T) {
 // multipliers that JSON cannot carry (NaN, infinities) included.
 func TestBuildChecksParams(t *testing.T) {
 	h := ratelimittest.New(t, advancedratelimit.Definition())
-	for _, tc := range refused {
-		if got := h.BuildErrors(advancedratelimit.Definition(), route, tc.params); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: build errors %q, want %q", tc.name, got, tc.want)
-		}
-	}
+	h.CheckBuild(advancedratelimit.Definition(), route, refused, map[string]any{"quotas": []any{quota("q", 1, "1m", nil)}})
 	p := &advancedratelimit.Params{Quotas: []advancedratelimit.Quota{{Name: "q",
 		Limits:         []advancedratelimit.QuotaLimit{{Limit: 1, Duration: policies.Duration(time.Minute)}},
 		CostExtraction: &advancedratelimit.CostExtraction{Source: "response", PromptMultiplier: math.NaN(), Multiplier: math.Inf(1)}}}}
@@ -340,8 +326,5 @@ func TestBuildChecksParams(t *testing.T) {
 	}
 	if err := p.Validate(); err == nil || err.Error() != strings.Join(want, "; ") {
 		t.Errorf("NaN and infinite multipliers: Validate %v, want %q", err, want)
-	}
-	if got := h.BuildErrors(advancedratelimit.Definition(), route, map[string]any{"quotas": []any{quota("q", 1, "1m", nil)}}); got != nil {
-		t.Errorf("valid params: build errors %q", got)
 	}
 }

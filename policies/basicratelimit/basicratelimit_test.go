@@ -1,7 +1,6 @@
 package basicratelimit_test
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -75,19 +74,12 @@ func TestDenialAndHeaders(t *testing.T) {
 func requests(n int, d string) map[string]any { return map[string]any{"requests": n, "duration": d} }
 
 // refused are params the policy refuses, with its errors in its order.
-// Schema errors (schema: true) come before Validate runs; the others are
-// the policy's own, which build reports too when handed the params directly.
-var refused = []struct {
-	name   string
-	params map[string]any
-	schema bool
-	want   []string
-}{
-	{"no limits", map[string]any{"limits": []any{}}, true, []string{"limits: minItems: got 0, want 1"}},
-	{"duration twice", map[string]any{"limits": []any{requests(1, "1s"), requests(2, "1m"), requests(3, "1s")}}, false,
-		[]string{"limits.2.duration: duration 1s is listed twice"}},
-	{"windows of a fraction of a second", map[string]any{"limits": []any{requests(1, "1500ms"), requests(2, "1500ms")}, "algorithm": "calendar"}, false,
-		[]string{
+var refused = []ratelimittest.Refused{
+	{Name: "no limits", Params: map[string]any{"limits": []any{}}, Schema: true, Want: []string{"limits: minItems: got 0, want 1"}},
+	{Name: "duration twice", Params: map[string]any{"limits": []any{requests(1, "1s"), requests(2, "1m"), requests(3, "1s")}},
+		Want: []string{"limits.2.duration: duration 1s is listed twice"}},
+	{Name: "windows of a fraction of a second", Params: map[string]any{"limits": []any{requests(1, "1500ms"), requests(2, "1500ms")}, "algorithm": "calendar"},
+		Want: []string{
 			"limits.0.duration: duration 1.5s: a window must be a whole number of seconds",
 			"limits.1.duration: duration 1.5s: a window must be a whole number of seconds",
 			"limits.1.duration: duration 1.5s is listed twice",
@@ -95,27 +87,12 @@ var refused = []struct {
 }
 
 func TestValidation(t *testing.T) {
-	h := ratelimittest.New(t, basicratelimit.Definition())
-	for _, tc := range refused {
-		if got := h.ParamErrors(route, ratelimittest.Entry(basicratelimit.Name, tc.params)); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: errors %q, want %q", tc.name, got, tc.want)
-		}
-	}
+	ratelimittest.New(t, basicratelimit.Definition()).CheckValidation(basicratelimit.Definition(), route, refused)
 }
 
 // TestBuildChecksParams: build computes the limits with the same function
 // as Validate, so params that skipped Validate are refused with its errors.
 func TestBuildChecksParams(t *testing.T) {
-	h := ratelimittest.New(t, basicratelimit.Definition())
-	for _, tc := range refused {
-		if tc.schema {
-			continue
-		}
-		if got := h.BuildErrors(basicratelimit.Definition(), route, tc.params); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: build errors %q, want %q", tc.name, got, tc.want)
-		}
-	}
-	if got := h.BuildErrors(basicratelimit.Definition(), route, map[string]any{"limits": []any{requests(1, "1s")}}); got != nil {
-		t.Errorf("valid params: build errors %q", got)
-	}
+	ratelimittest.New(t, basicratelimit.Definition()).CheckBuild(basicratelimit.Definition(), route, refused,
+		map[string]any{"limits": []any{requests(1, "1s")}})
 }

@@ -2,7 +2,6 @@ package tokenratelimit_test
 
 import (
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -410,33 +409,26 @@ func TestQuotaReport(t *testing.T) {
 }
 
 // refused are params the policy refuses, with its errors in its order.
-// Schema errors (schema: true) come before Validate runs; the others are
-// the policy's own, which build reports too when handed the params directly.
-var refused = []struct {
-	name   string
-	params map[string]any
-	schema bool
-	want   []string
-}{
-	{"no limits", map[string]any{}, false,
-		[]string{"set at least one of promptTokenLimits, completionTokenLimits, totalTokenLimits or modelRules"}},
-	{"zero count", map[string]any{"totalTokenLimits": []any{map[string]any{"count": 0, "duration": "1h"}}}, true,
-		[]string{"totalTokenLimits.0.count: minimum: got 0, want 1"}},
-	{"duration twice", map[string]any{"totalTokenLimits": append(limits(1, "1h"), limits(2, "1h")...)}, false,
-		[]string{"totalTokenLimits.1.duration: duration 1h0m0s is listed twice"}},
-	{"star inside a match", map[string]any{"totalTokenLimits": limits(1, "1h"),
-		"modelRules": []any{map[string]any{"match": "a*b", "totalTokenLimits": limits(1, "1h")}}}, false,
-		[]string{`modelRules: rule 0: match "a*b": "*" is only allowed at the end`}},
-	{"model rule without limits", map[string]any{"totalTokenLimits": limits(1, "1h"), "modelRules": []any{map[string]any{"match": "a"}}}, false,
-		[]string{"modelRules.0: a model rule needs at least one limit"}},
-	{"unknown algorithm", map[string]any{"totalTokenLimits": limits(1, "1h"), "algorithm": "leaky"}, true,
-		[]string{"algorithm: value must be one of 'token-bucket', 'fixed-window', 'calendar'"}},
-	{"window of a fraction of a second", map[string]any{"totalTokenLimits": limits(1, "1500ms"), "algorithm": "fixed-window"}, false,
-		[]string{"totalTokenLimits.0.duration: duration 1.5s: a window must be a whole number of seconds"}},
-	{"overrides of a route limit", map[string]any{"totalTokenLimits": limits(1, "1h"),
-		"overrides": []any{map[string]any{"applications": []any{"a"}, "totalTokenLimits": limits(2, "1h")}}}, false,
-		[]string{"overrides: overrides are per application: they need consumerBased: true"}},
-	{"every kind at once", map[string]any{"algorithm": "fixed-window", "promptTokenLimits": limits(1, "1500ms"),
+var refused = []ratelimittest.Refused{
+	{Name: "no limits", Params: map[string]any{},
+		Want: []string{"set at least one of promptTokenLimits, completionTokenLimits, totalTokenLimits or modelRules"}},
+	{Name: "zero count", Params: map[string]any{"totalTokenLimits": []any{map[string]any{"count": 0, "duration": "1h"}}}, Schema: true,
+		Want: []string{"totalTokenLimits.0.count: minimum: got 0, want 1"}},
+	{Name: "duration twice", Params: map[string]any{"totalTokenLimits": append(limits(1, "1h"), limits(2, "1h")...)},
+		Want: []string{"totalTokenLimits.1.duration: duration 1h0m0s is listed twice"}},
+	{Name: "star inside a match", Params: map[string]any{"totalTokenLimits": limits(1, "1h"),
+		"modelRules": []any{map[string]any{"match": "a*b", "totalTokenLimits": limits(1, "1h")}}},
+		Want: []string{`modelRules: rule 0: match "a*b": "*" is only allowed at the end`}},
+	{Name: "model rule without limits", Params: map[string]any{"totalTokenLimits": limits(1, "1h"), "modelRules": []any{map[string]any{"match": "a"}}},
+		Want: []string{"modelRules.0: a model rule needs at least one limit"}},
+	{Name: "unknown algorithm", Params: map[string]any{"totalTokenLimits": limits(1, "1h"), "algorithm": "leaky"}, Schema: true,
+		Want: []string{"algorithm: value must be one of 'token-bucket', 'fixed-window', 'calendar'"}},
+	{Name: "window of a fraction of a second", Params: map[string]any{"totalTokenLimits": limits(1, "1500ms"), "algorithm": "fixed-window"},
+		Want: []string{"totalTokenLimits.0.duration: duration 1.5s: a window must be a whole number of seconds"}},
+	{Name: "overrides of a route limit", Params: map[string]any{"totalTokenLimits": limits(1, "1h"),
+		"overrides": []any{map[string]any{"applications": []any{"a"}, "totalTokenLimits": limits(2, "1h")}}},
+		Want: []string{"overrides: overrides are per application: they need consumerBased: true"}},
+	{Name: "every kind at once", Params: map[string]any{"algorithm": "fixed-window", "promptTokenLimits": limits(1, "1500ms"),
 		"modelRules": []any{
 			map[string]any{"match": "a", "completionTokenLimits": append(limits(1, "1h"), limits(2, "1h")...)},
 			map[string]any{"match": "a", "totalTokenLimits": limits(1, "2500ms")},
@@ -445,8 +437,8 @@ var refused = []struct {
 		"overrides": []any{
 			map[string]any{"applications": []any{"x", "y"}},
 			map[string]any{"applications": []any{"y", ""}, "promptTokenLimits": limits(3, "1h"), "totalTokenLimits": append(limits(1, "1m"), limits(2, "1m")...)},
-		}}, false,
-		[]string{
+		}},
+		Want: []string{
 			"promptTokenLimits.0.duration: duration 1.5s: a window must be a whole number of seconds",
 			"modelRules.0.completionTokenLimits.1.duration: duration 1h0m0s is listed twice",
 			"modelRules.1.totalTokenLimits.0.duration: duration 2.5s: a window must be a whole number of seconds",
@@ -459,30 +451,14 @@ var refused = []struct {
 }
 
 func TestValidation(t *testing.T) {
-	h := newHarness(t)
-	for _, tc := range refused {
-		if got := h.ParamErrors(route, ratelimittest.Entry(tokenratelimit.Name, tc.params)); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: errors %q, want %q", tc.name, got, tc.want)
-		}
-	}
+	newHarness(t).CheckValidation(tokenratelimit.Definition(), route, refused)
 }
 
 // TestBuildChecksParams: build computes the limits with the same function
 // as Validate, so params that skipped Validate are refused with its errors,
 // never built into an engine Validate would have refused.
 func TestBuildChecksParams(t *testing.T) {
-	h := newHarness(t)
-	for _, tc := range refused {
-		if tc.schema {
-			continue
-		}
-		if got := h.BuildErrors(tokenratelimit.Definition(), route, tc.params); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: build errors %q, want %q", tc.name, got, tc.want)
-		}
-	}
-	if got := h.BuildErrors(tokenratelimit.Definition(), route, map[string]any{"totalTokenLimits": limits(1, "1h")}); got != nil {
-		t.Errorf("valid params: build errors %q", got)
-	}
+	newHarness(t).CheckBuild(tokenratelimit.Definition(), route, refused, map[string]any{"totalTokenLimits": limits(1, "1h")})
 }
 
 // TestInvariantRandomOutcomes runs thousands of concurrent requests with random

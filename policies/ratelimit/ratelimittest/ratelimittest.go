@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,6 +94,46 @@ func (h *Harness) Chain(route string, specs ...policies.EntrySpec) *policies.Cha
 func (h *Harness) BuildChain(route string, specs ...policies.EntrySpec) (*policies.Chain, error) {
 	return h.Registry.BuildChain(policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, specs, h.Svc,
 		policies.GatewayProvided)
+}
+
+// Refused is params a policy refuses, with its errors in its order.
+type Refused struct {
+	Name   string
+	Params map[string]any
+	// Schema: the errors are the schema's, found before Validate runs.
+	// Otherwise they are the policy's own, which its build reports too.
+	Schema bool
+	Want   []string
+}
+
+// CheckValidation checks that a chain of def's policy on route, decoded as
+// the gateway decodes it (schema, then Validate), refuses each case with
+// exactly its Want.
+func (h *Harness) CheckValidation(def policies.Definition, route string, cases []Refused) {
+	h.T.Helper()
+	for _, tc := range cases {
+		if got := h.ParamErrors(route, Entry(def.Name, tc.Params)); !slices.Equal(got, tc.Want) {
+			h.T.Errorf("%s: errors %q, want %q", tc.Name, got, tc.Want)
+		}
+	}
+}
+
+// CheckBuild checks that def.Build, handed each case's params directly
+// (BuildErrors), refuses the policy's own cases with exactly their Want, as
+// Validate does, and builds valid.
+func (h *Harness) CheckBuild(def policies.Definition, route string, cases []Refused, valid map[string]any) {
+	h.T.Helper()
+	for _, tc := range cases {
+		if tc.Schema {
+			continue
+		}
+		if got := h.BuildErrors(def, route, tc.Params); !slices.Equal(got, tc.Want) {
+			h.T.Errorf("%s: build errors %q, want %q", tc.Name, got, tc.Want)
+		}
+	}
+	if got := h.BuildErrors(def, route, valid); got != nil {
+		h.T.Errorf("valid params %v: build errors %q", valid, got)
+	}
 }
 
 // ParamErrors builds a chain of specs on route and returns the params
