@@ -1,9 +1,10 @@
 // Package platform is Sluice's control plane service: it opens the store
 // (SQLite in the data directory, or PostgreSQL), the secrets box and the
-// admin token, and serves the REST API (platform/api) and deployment
-// delivery (platform/delivery) over HTTP. Below it: store (SQLite and
-// PostgreSQL), api (spec-first REST API), generate (Rate Limit settings and
-// guardrails to a deployment document), delivery (long-poll hub), secrets.
+// admin token, and serves the REST API (platform/api), deployment delivery
+// (platform/delivery) and usage ingest (platform/usage) over HTTP. Below it:
+// store (SQLite and PostgreSQL), api (spec-first REST API), generate (Rate
+// Limit settings and guardrails to a deployment document), delivery
+// (long-poll hub), usage (ingest, rollups, retention), secrets.
 //
 // Import rule (docs/architecture.md, checked by internal/layout): the
 // platform imports its own subpackages, the deployment document
@@ -24,6 +25,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -32,6 +34,7 @@ import (
 	"sluice/platform/delivery"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
+	"sluice/platform/usage"
 	"sluice/policies"
 )
 
@@ -65,6 +68,12 @@ type Options struct {
 	// Console, when set, serves every GET the API and /healthz do not (the
 	// web console, package webui).
 	Console http.Handler
+	// UsageRetention is how long raw usage records are kept (default
+	// usage.DefaultRetention, 30 days; negative: forever). Rollups are kept
+	// forever.
+	UsageRetention time.Duration
+	// RetainEvery is how often retention runs (default 1h; also at start).
+	RetainEvery time.Duration
 }
 
 // Platform is a running control plane.
@@ -75,7 +84,8 @@ type Platform struct {
 	echo  *echo.Echo
 	now   func() time.Time
 	stop  context.CancelFunc
-	done  chan struct{}
+	// done counts the background loops (version watch, usage retention).
+	done sync.WaitGroup
 }
 
 // Open opens the store (applying migrations), the secrets and the admin
@@ -95,6 +105,9 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	}
 	if o.WatchEvery <= 0 {
 		o.WatchEvery = time.Second
+	}
+	if o.RetainEvery <= 0 {
+		o.RetainEvery = time.Hour
 	}
 	if o.Registry == nil {
 		return nil, errors.New("platform: Options.Registry is required")
@@ -127,7 +140,11 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.New(api.Options{Store: st, Box: box, Hub: hub, Registry: o.Registry, Logger: o.Logger, Now: o.Now})
+	usageSvc, err := usage.New(usage.Options{Store: st, Retention: o.UsageRetention, Now: o.Now, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(api.Options{Store: st, Box: box, Hub: hub, Registry: o.Registry, Usage: usageSvc, Logger: o.Logger, Now: o.Now})
 	if err != nil {
 		return nil, err
 	}
@@ -139,10 +156,15 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 		e.Match([]string{http.MethodGet, http.MethodHead}, "/*", echo.WrapHandler(o.Console))
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	p := &Platform{store: st, hub: hub, api: srv, echo: e, now: o.Now, stop: stop, done: make(chan struct{})}
+	p := &Platform{store: st, hub: hub, api: srv, echo: e, now: o.Now, stop: stop}
+	p.done.Add(2)
 	go func() {
-		defer close(p.done)
+		defer p.done.Done()
 		hub.Watch(wctx, o.WatchEvery)
+	}()
+	go func() {
+		defer p.done.Done()
+		usageSvc.Maintain(wctx, o.RetainEvery)
 	}()
 	return p, nil
 }
@@ -172,10 +194,11 @@ func bootstrapAdmin(ctx context.Context, st store.Store, o Options) error {
 // Handler serves /healthz, the API under /api/v1 and the console at /.
 func (p *Platform) Handler() http.Handler { return p.echo }
 
-// Close stops the version watch and closes the store.
+// Close stops the version watch and the usage retention and closes the
+// store.
 func (p *Platform) Close() error {
 	p.stop()
-	<-p.done
+	p.done.Wait()
 	return p.store.Close()
 }
 

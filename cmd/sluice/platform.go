@@ -9,15 +9,18 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
+	"sluice/deployment"
 	"sluice/internal/app"
 	"sluice/platform"
 )
 
 // platformOptions are the flags `sluice platform` and `sluice serve` share.
 type platformOptions struct {
-	adminListen, data, database, logFormat, logLevel *string
+	adminListen, data, database, logFormat, logLevel, usageRetention *string
 }
 
 func addPlatformFlags(fs *flag.FlagSet, database bool) platformOptions {
@@ -26,6 +29,8 @@ func addPlatformFlags(fs *flag.FlagSet, database bool) platformOptions {
 		data:        fs.String("data", platform.DefaultDataDir, "data directory: the SQLite database and the secret key file"),
 		logFormat:   fs.String("log-format", "text", "log format: text or json"),
 		logLevel:    fs.String("log-level", "info", "log level: debug, info, warn or error"),
+		usageRetention: fs.String("usage-retention", "30d",
+			"how long raw usage records are kept (\"30d\", \"720h\"; 0 keeps them forever); rollups are kept forever"),
 	}
 	empty := ""
 	o.database = &empty
@@ -38,8 +43,16 @@ func addPlatformFlags(fs *flag.FlagSet, database bool) platformOptions {
 // open opens the platform of o, writing the one-time admin token message to
 // stdout.
 func (o platformOptions) open(ctx context.Context, logger *slog.Logger, stdout io.Writer) (*platform.Platform, error) {
+	retention := time.Duration(-1) // "0": forever
+	if strings.TrimSpace(*o.usageRetention) != "0" {
+		d, err := deployment.ParseDuration(*o.usageRetention)
+		if err != nil {
+			return nil, fmt.Errorf("--usage-retention: %w", err)
+		}
+		retention = d
+	}
 	return app.OpenPlatform(ctx, app.PlatformOptions{
-		DataDir: *o.data, DatabaseURL: *o.database,
+		DataDir: *o.data, DatabaseURL: *o.database, UsageRetention: retention,
 		AdminToken: os.Getenv("SLUICE_ADMIN_TOKEN"), SecretKey: os.Getenv("SLUICE_SECRET_KEY"),
 		Announce: stdout, Logger: logger,
 	})

@@ -22,6 +22,8 @@ type PlatformOptions struct {
 	// Announce receives the one-time admin token message.
 	Announce io.Writer
 	Logger   *slog.Logger
+	// UsageRetention: see platform.Options.
+	UsageRetention time.Duration
 }
 
 // OpenPlatform opens the control plane with the built-in policy catalog and
@@ -40,6 +42,7 @@ func OpenPlatform(ctx context.Context, o PlatformOptions) (*platform.Platform, e
 	return platform.Open(ctx, platform.Options{
 		DataDir: o.DataDir, DatabaseURL: o.DatabaseURL, AdminToken: o.AdminToken, SecretKey: o.SecretKey,
 		Announce: o.Announce, Registry: builtin.Registry(), Logger: o.Logger, Console: console,
+		UsageRetention: o.UsageRetention,
 	})
 }
 

@@ -8,34 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"sluice/internal/pgtest"
 	"sluice/platform/store"
+	"sluice/platform/store/storetest"
 )
 
-// engines runs fn once per engine with a fresh, migrated store. PostgreSQL
-// is a private cluster (or PG_URL's server), one database per subtest.
+// engines runs fn once per engine with a fresh, migrated store.
 func engines(t *testing.T, fn func(t *testing.T, s store.Store)) {
 	t.Helper()
-	pg := pgtest.Start(t)
-	for _, e := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "data", store.SQLiteFile) }},
-		{"postgres", func(t *testing.T) string { return pg.NewDatabase(t) }},
-	} {
-		t.Run(e.name, func(t *testing.T) {
-			s, err := store.Open(context.Background(), e.dsn(t), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if s.Dialect() != e.name {
-				t.Fatalf("dialect %q, want %q", s.Dialect(), e.name)
-			}
-			fn(t, s)
-		})
-	}
+	storetest.Engines(t, fn)
 }
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
