@@ -17,6 +17,7 @@ type Deployment struct {
 	APIVersion   string        `yaml:"apiVersion"`
 	Server       Server        `yaml:"server"`
 	Counters     Counters      `yaml:"counters"`
+	Meter        Meter         `yaml:"meter"`
 	Providers    []Provider    `yaml:"providers"`
 	Applications []Application `yaml:"applications"`
 	Routes       []Route       `yaml:"routes"`

@@ -37,6 +37,7 @@ import (
 	"sluice/deployment"
 	"sluice/dialect"
 	"sluice/gwerror"
+	"sluice/meter"
 	"sluice/policies"
 )
 
@@ -70,6 +71,16 @@ type Options struct {
 	// by ServeMetrics, on a listener of its own (sluice gateway
 	// --metrics-listen), so the proxy port never exposes it.
 	SeparateMetrics bool
+	// Meter receives the usage record of every request that reached an LLM
+	// endpoint of a route (nil: none is stored). It is a process-lifetime
+	// service: the caller opens and closes it.
+	Meter meter.Sink
+	// GatewayID names this gateway in its usage records ("" omits it: the
+	// platform fills in the id of the gateway token that sent them).
+	GatewayID string
+	// AccessLog, when set, receives one line per request with the usage
+	// record's fields, at info.
+	AccessLog *slog.Logger
 }
 
 // Gateway is the data plane. Its methods are safe for concurrent use.
@@ -79,10 +90,12 @@ type Gateway struct {
 	now       func() time.Time
 	transport http.RoundTripper
 	metrics   *metrics
-	echo      *echo.Echo
-	snap      atomic.Pointer[snapshot]
-	ids       requestIDs
-	bufs      sync.Pool // *bytes.Buffer for upstream bodies
+	// usageMetrics count the usage records' tokens and cost.
+	usageMetrics *usageMetrics
+	echo         *echo.Echo
+	snap         atomic.Pointer[snapshot]
+	ids          requestIDs
+	bufs         sync.Pool // *bytes.Buffer for upstream bodies
 
 	// applyMu serialises Apply so snapshots are built one at a time, and
 	// guards retired.
@@ -145,6 +158,9 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = m
+	if g.usageMetrics, err = newUsageMetrics(opts.Metrics); err != nil {
+		return nil, err
+	}
 	g.echo = g.newEcho()
 	return g, nil
 }

@@ -56,6 +56,8 @@ type exchange struct {
 	// non-streamed response (first attempt sent to body fully read), so that
 	// record can observe the time the gateway itself added.
 	upstreamStart, upstreamDone time.Time
+	// The usage record's facts the exchange alone knows (meter.go).
+	usage exchangeUsage
 }
 
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
@@ -71,6 +73,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 				x.finishAbort()
 				g.metrics.inflight.Dec()
 				x.record(start)
+				x.meter(start)
 				panic(v)
 			}
 			g.log.Error("gateway handler panicked", "request_id", x.reqID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
@@ -85,6 +88,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		x.finishAbort()
 		g.metrics.inflight.Dec()
 		x.record(start)
+		x.meter(start)
 	}()
 	x.serve()
 }
@@ -148,9 +152,12 @@ func (x *exchange) newCall(rest string) *policies.Call {
 
 func (x *exchange) serve() {
 	g, w, r := x.g, x.w, x.r
+	x.usage.id = g.ids.next()
 	x.reqID = r.Header.Get("X-Request-Id")
-	if !validRequestID(x.reqID) {
-		x.reqID = g.ids.next()
+	if validRequestID(x.reqID) {
+		x.usage.clientID = x.reqID
+	} else {
+		x.reqID = x.usage.id
 	}
 	w.Header().Set("X-Request-Id", x.reqID)
 
@@ -232,6 +239,7 @@ func (x *exchange) serve() {
 	// valid key costs the gateway its headers only.
 	x.call = x.newCall(rest)
 	if gerr := x.identify(x.call); gerr != nil {
+		x.usage.identifyFailed = true
 		x.fail(gerr)
 		return
 	}
@@ -251,6 +259,7 @@ func (x *exchange) serve() {
 		return
 	}
 	x.call.Request.LLM = llm
+	x.usage.requestedModel = llm.Model
 	// The served model is set here only: every policy reads it from the
 	// SharedContext, never from the body.
 	x.call.Shared.SetServedModel(llm.Model)
@@ -299,7 +308,7 @@ func (x *exchange) proxy() {
 
 	x.run.MarkUpstream()
 	x.upstreamStart = g.now()
-	resp, err := g.forward(ctx, p, x.call)
+	resp, err := g.forward(ctx, p, x.call, &x.usage.attempts)
 	if err != nil {
 		x.forwardFailed(err)
 		return
@@ -511,6 +520,7 @@ func (x *exchange) writeBody(b []byte) error {
 		if _, err := x.w.Write(b[:n]); err != nil {
 			return err
 		}
+		x.firstByte()
 		b = b[n:]
 	}
 	return nil
@@ -522,7 +532,11 @@ func (x *exchange) writeEvent(ev *sse.Event) error {
 	if err := sse.Write(x.w, ev); err != nil {
 		return err
 	}
-	return x.rc.Flush()
+	err := x.rc.Flush()
+	if err == nil {
+		x.firstByte()
+	}
+	return err
 }
 
 // stream forwards an SSE response event by event, flushing each at once.
@@ -661,6 +675,7 @@ func (x *exchange) finish(kind policies.OutcomeKind, status int, err error) {
 func (x *exchange) fail(gerr *gwerror.Error) {
 	x.addClientHeaders()
 	x.status = statusOr500(gerr.Status)
+	x.usage.err = gerr
 	if !x.bodyRead {
 		x.w.Header().Set("Connection", "close")
 		x.setReadDeadline(time.Now())

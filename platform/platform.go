@@ -81,6 +81,7 @@ type Platform struct {
 	store store.Store
 	hub   *delivery.Hub
 	api   *api.Server
+	usage *usage.Service
 	echo  *echo.Echo
 	now   func() time.Time
 	stop  context.CancelFunc
@@ -156,7 +157,7 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 		e.Match([]string{http.MethodGet, http.MethodHead}, "/*", echo.WrapHandler(o.Console))
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	p := &Platform{store: st, hub: hub, api: srv, echo: e, now: o.Now, stop: stop}
+	p := &Platform{store: st, hub: hub, api: srv, usage: usageSvc, echo: e, now: o.Now, stop: stop}
 	p.done.Add(2)
 	go func() {
 		defer p.done.Done()
@@ -227,6 +228,18 @@ func (p *Platform) RegisterLocalGateway(ctx context.Context, id, name string) er
 		}
 		return tx.InsertGateway(ctx, store.Gateway{ID: id, Name: name, CreatedAt: p.now()})
 	})
+}
+
+// IngestUsage stores a batch of usage records (JSON lines) of the gateway
+// id, as POST /api/v1/gateway/usage does: the in-process gateway of
+// `sluice serve` ships its spool through it.
+func (p *Platform) IngestUsage(ctx context.Context, id string, body []byte) error {
+	recs, err := usage.DecodeBatch(body)
+	if err != nil {
+		return err
+	}
+	_, err = p.usage.Ingest(ctx, id, recs)
+	return err
 }
 
 // Report records a check-in of the gateway id.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -69,7 +70,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}()
 	// The gateway drains first, then the platform stops.
 	code := pulledGateway{listen: *listen, pricingFile: *pricingFile, logger: logger, stdout: stdout,
-		startTimeout: 10 * time.Second, feed: localFeed{p: p, id: localGatewayID}}.run(ctx, stderr)
+		startTimeout: 10 * time.Second, feed: localFeed{p: p, id: localGatewayID},
+		meter: app.MeterOptions{Platform: localUsage{p: p, id: localGatewayID}, SpoolDir: filepath.Join(*o.data, "meter-spool"), GatewayID: localGatewayID},
+	}.run(ctx, stderr)
 	stopPlatform()
 	wg.Wait()
 	return code
@@ -96,4 +99,15 @@ func (f localFeed) Report(ctx context.Context, s pull.Status) error {
 // isHelp reports whether args ask for a command's usage.
 func isHelp(args []string) bool {
 	return len(args) == 1 && (args[0] == "-h" || args[0] == "--help")
+}
+
+// localUsage ships the in-process gateway's usage records to the platform
+// in the same process.
+type localUsage struct {
+	p  *platform.Platform
+	id string
+}
+
+func (l localUsage) Send(ctx context.Context, body []byte) error {
+	return l.p.IngestUsage(ctx, l.id, body)
 }

@@ -71,6 +71,10 @@ type GatewayOptions struct {
 	// WrapKeys, when set, wraps every deployment's key index (the platform
 	// source records each key's last use through it).
 	WrapKeys func(policies.KeyIndex) policies.KeyIndex
+	// Meter says where usage records go by default (the zero value: a
+	// JSON lines file when the deployment's meter.jsonl.path is set, else
+	// nowhere).
+	Meter MeterOptions
 }
 
 // Gateway is an assembled gateway and the services the wiring owns for it.
@@ -96,6 +100,15 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 		return nil, err
 	}
 	g.Services, g.log = o.Services, o.Logger
+	sink, err := g.meterSink(d, &o.Services, o.Meter)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	var access *slog.Logger
+	if d.Meter.AccessLog != "off" {
+		access = o.Logger
+	}
 	if o.Registry == nil {
 		o.Registry = builtin.Registry()
 	}
@@ -112,6 +125,7 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 			Logger: o.Logger, Now: o.Now, Counters: o.Counters, Pricing: o.Pricing, Tokens: o.Tokens, Metrics: o.Metrics,
 		},
 		KeyIndex: keys, Transport: o.Transport, Backoff: o.Backoff, SeparateMetrics: o.SeparateMetrics,
+		Meter: sink, GatewayID: o.Meter.GatewayID, AccessLog: access,
 	})
 	if err == nil {
 		g.Gateway = gw

@@ -19,11 +19,11 @@ import (
 type PlatformOptions struct {
 	// DataDir, DatabaseURL, AdminToken, SecretKey: see platform.Options.
 	DataDir, DatabaseURL, AdminToken, SecretKey string
+	// UsageRetention: see platform.Options.
+	UsageRetention time.Duration
 	// Announce receives the one-time admin token message.
 	Announce io.Writer
 	Logger   *slog.Logger
-	// UsageRetention: see platform.Options.
-	UsageRetention time.Duration
 }
 
 // OpenPlatform opens the control plane with the built-in policy catalog and
