@@ -8,7 +8,8 @@
 // Import rule (docs/architecture.md, checked by internal/layout): the
 // platform imports its own subpackages, the deployment document
 // (deployment, deployment/yamlfile), the policy registry and its dry-run
-// check (policies), the usage record (meter) and the leaves; never the
+// check (policies), the usage record (meter), counter/counterconfig (to
+// compare and describe the counters setting) and the leaves; never the
 // gateway: gateways meet it at the deployment document, fetched over HTTP
 // or, in `sluice serve`, through Platform's methods. The wiring
 // (internal/app) assembles it.
@@ -28,6 +29,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"sluice/deployment"
 	"sluice/platform/api"
 	"sluice/platform/delivery"
 	"sluice/platform/secrets"
@@ -65,6 +67,13 @@ type Options struct {
 	// Console, when set, serves every GET the API and /healthz do not (the
 	// web console, package webui).
 	Console http.Handler
+	// Counters is the counters section of every generated deployment: the
+	// zero value (or backend memory) leaves it out, and each gateway counts
+	// in memory; a Redis store makes every limit one counter across all the
+	// gateways. It must pass CountersProblems. A value that differs from the
+	// stored one (the previous start's) is stored and is a new deployment
+	// version (counters.go).
+	Counters deployment.Counters
 }
 
 // Platform is a running control plane.
@@ -99,6 +108,9 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.Registry == nil {
 		return nil, errors.New("platform: Options.Registry is required")
 	}
+	if ps := CountersProblems(o.Counters); len(ps) > 0 {
+		return nil, fmt.Errorf("platform: Options.Counters: %w", ps)
+	}
 	dsn := o.DatabaseURL
 	if dsn == "" {
 		dsn = filepath.Join(o.DataDir, store.SQLiteFile)
@@ -121,6 +133,9 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 		return nil, err
 	}
 	if err := bootstrapAdmin(ctx, st, o); err != nil {
+		return nil, err
+	}
+	if err := syncCounters(ctx, st, box, o); err != nil {
 		return nil, err
 	}
 	hub, err := delivery.NewHub(ctx, st, box, o.Now, o.Logger)
