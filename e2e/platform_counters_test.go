@@ -96,8 +96,9 @@ func (pg *pulledGateways) load(t *testing.T) (res replicaLoad, bound int64) {
 	return res, bound
 }
 
-// redisUser creates a Redis ACL user allowed only the keys under prefix,
-// with a random password, and returns the redis:// URL that logs in as it.
+// redisUser creates a Redis ACL user with a random password, allowed only
+// the commands the store sends (docs/platform.md, "Cluster-wide counters")
+// on the keys under prefix, and returns the redis:// URL that logs in as it.
 func redisUser(t *testing.T, serverURL, prefix string) (userURL, password string) {
 	t.Helper()
 	opts, err := redis.ParseURL(serverURL)
@@ -113,7 +114,7 @@ func redisUser(t *testing.T, serverURL, prefix string) (userURL, password string
 	user, password := "sluice-"+hex.EncodeToString(b[:4]), "pw-"+hex.EncodeToString(b[4:])
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Do(ctx, "ACL", "SETUSER", user, "on", ">"+password, "~"+prefix+"*", "+@all").Err(); err != nil {
+	if err := c.Do(ctx, "ACL", "SETUSER", user, "on", ">"+password, "~"+prefix+"*", "-@all", "+evalsha", "+eval", "+mget", "+get", "+set", "+del", "+time").Err(); err != nil {
 		t.Fatalf("ACL SETUSER: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Do(context.Background(), "ACL", "DELUSER", user).Err() })
