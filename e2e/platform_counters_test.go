@@ -11,10 +11,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,6 +46,7 @@ type pulledGateways struct {
 	key      string
 	data     string
 	gws      []*proctest.Proc
+	tokens   []idOnly // the gateways' ids and tokens
 	caches   []string
 }
 
@@ -63,11 +66,18 @@ func startPulledGateways(t *testing.T, bin, mock string, env []string, args ...s
 		tok := a.create("/gateways", map[string]any{"name": name})
 		cache := filepath.Join(t.TempDir(), "deployment.cache")
 		pg.caches = append(pg.caches, cache)
-		pg.gws = append(pg.gws, proctest.StartGateway(t, bin, name, "--platform", pg.plat.URL, "--token", tok.Token,
-			"--cache", cache, "--platform-timeout", "5s"))
+		pg.tokens = append(pg.tokens, tok)
+		pg.gws = append(pg.gws, pg.startGateway(t, bin, len(pg.gws)))
 		a.waitApplied(tok.ID)
 	}
 	return pg
+}
+
+// startGateway starts gateway i (again) with its token and cache.
+func (pg *pulledGateways) startGateway(t *testing.T, bin string, i int) *proctest.Proc {
+	t.Helper()
+	return proctest.StartGateway(t, bin, fmt.Sprintf("edge-%d", i+1), "--platform", pg.plat.URL, "--token", pg.tokens[i].Token,
+		"--cache", pg.caches[i], "--platform-timeout", "5s")
 }
 
 // load sends the test's traffic and logs what was admitted. bound is the
@@ -230,4 +240,56 @@ func TestServeCountersRedis(t *testing.T) {
 		Args: []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", t.TempDir(),
 			"--counters-redis", redistest.URL(t), "--counters-key-prefix", prefix}})
 	serve.WaitLog(t, 10*time.Second, "counter store", "backend=redis", "key_prefix="+prefix)
+}
+
+// TestPlatformCountersChangeNeedsGatewayRestart: the platform restarted with
+// Redis counters makes them a new version; the running gateways apply it but
+// keep counting in memory (and say so), and a restarted gateway counts in
+// Redis.
+func TestPlatformCountersChangeNeedsGatewayRestart(t *testing.T) {
+	bin := sluiceBin.Path(t)
+	mock := proctest.StartMock(t, bin).URL
+	pg := startPulledGateways(t, bin, mock, []string{countersEnv + "="})
+	pg.plat.Signal(t, syscall.SIGTERM)
+	pg.plat.WaitExit(t, 20*time.Second)
+
+	server, prefix := redistest.URL(t), redistest.KeyPrefix(t)
+	plat := proctest.Start(t, bin, proctest.Spec{Name: "platform-redis", ReadyPath: "/healthz",
+		Env: withEnv("SLUICE_ADMIN_TOKEN="+e2eAdminToken, countersEnv+"="+server),
+		Args: []string{"platform", "--admin-listen", strings.TrimPrefix(pg.plat.URL, "http://"), "--data", pg.data,
+			"--counters-key-prefix", prefix}})
+	plat.WaitLog(t, 5*time.Second, "the counters setting of the generated deployments changed", "backend=redis")
+	a := newAdmin(t, plat.URL)
+	for i, gw := range pg.gws {
+		gw.WaitLog(t, 15*time.Second, "the counters section changed")
+		a.waitApplied(pg.tokens[i].ID)
+	}
+	var audit struct {
+		Entries []struct {
+			TokenID string `json:"tokenId"`
+			Action  string `json:"action"`
+		} `json:"entries"`
+	}
+	a.must(200, "GET", "/audit?limit=1", nil, &audit)
+	if e := audit.Entries[0]; e.Action != "counters.update" || e.TokenID != "startup" {
+		t.Errorf("latest audit entry %+v, want counters.update by startup", e)
+	}
+	if got := chatOnce(t, pg.gws[0].URL, "openai", pg.key); got != 200 {
+		t.Fatalf("a running gateway after the change: %d", got)
+	}
+	if n := redisKeys(t, server, prefix); n != 0 {
+		t.Fatalf("%d Redis keys: a running gateway must keep its memory store until it restarts", n)
+	}
+
+	pg.gws[0].Signal(t, syscall.SIGTERM)
+	pg.gws[0].WaitExit(t, 40*time.Second)
+	pg.plat = plat
+	gw := pg.startGateway(t, bin, 0)
+	gw.WaitLog(t, 5*time.Second, "counter store", "backend=redis", "key_prefix="+prefix)
+	if got := chatOnce(t, gw.URL, "openai", pg.key); got != 200 {
+		t.Fatalf("the restarted gateway: %d", got)
+	}
+	if n := redisKeys(t, server, prefix); n == 0 {
+		t.Fatal("the restarted gateway did not count in Redis")
+	}
 }
