@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -166,19 +165,11 @@ func TestCountersSettingInEveryDocument(t *testing.T) {
 	if strings.Contains(logs.String(), countersPassword) {
 		t.Errorf("the logs hold the Redis password:\n%s", logs)
 	}
-	err := filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
+	eachFile(t, dir, func(path string, _ os.FileInfo, b []byte) {
 		if bytes.Contains(b, []byte(countersPassword)) {
 			t.Errorf("%s holds the Redis password in clear", path)
 		}
-		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // A setting the gateways could not use is refused at start, with the field
