@@ -32,7 +32,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
 	pricingFile := fs.String("pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
 	o := addPlatformFlags(fs, false)
-	if code, ok := parseFlags(fs, "sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR] [flags]\n\nRuns the platform (API and web console on --admin-listen) and a gateway in\none process; the gateway serves each provider under /<provider name>/.", args, stdout, stderr); !ok {
+	if code, ok := parseFlags(fs, "sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR] [--counters-redis URL] [flags]\n\nRuns the platform (API and web console on --admin-listen) and a gateway in\none process; the gateway serves each provider under /<provider name>/.", args, stdout, stderr); !ok {
 		return code
 	}
 	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
@@ -40,9 +40,14 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 2
 	}
+	counters, err := o.counters.setting(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := o.open(ctx, logger, stdout)
+	p, err := o.open(ctx, counters, logger, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
