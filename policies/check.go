@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/admission/admissionconfig"
 	"sluice/counter"
 	"sluice/deployment"
 	"sluice/pricing"
@@ -298,9 +299,9 @@ func StandInServices() *Services {
 	}
 }
 
-// Check validates d's structure (deployment.Validate) and builds every
-// route's chain, reporting every problem of both as deployment.Errors in
-// file order.
+// Check validates d's structure (deployment.Validate), builds every
+// route's chain and translates the fair-admission fields, reporting every
+// problem as deployment.Errors in file order.
 func Check(d *deployment.Deployment, reg *Registry) error { return NewChecker(reg).Check(d) }
 
 // Check is the package's Check with c's stand-in services.
@@ -323,11 +324,20 @@ func (c *Checker) Check(d *deployment.Deployment) error {
 	return errs.Normalize().Err()
 }
 
-// CheckChains builds every route's chain of d, without the structural
-// validation (for a document that yamlfile read, which validated it):
-// problems are deployment.Errors in file order.
+// CheckChains builds every route's chain of d and translates its
+// fair-admission fields (admissionconfig), as the gateway does when it
+// applies d, without the structural validation (for a document that
+// yamlfile read, which validated it): problems are deployment.Errors in
+// file order.
 func (c *Checker) CheckChains(d *deployment.Deployment) error {
 	var errs deployment.Errors
+	if _, err := admissionconfig.FromDeployment(d); err != nil {
+		var es deployment.Errors
+		if !errors.As(err, &es) {
+			return err
+		}
+		errs = append(errs, es...)
+	}
 	for i := range d.Routes {
 		if _, err := c.reg.BuildRoute(d, i, c.svc); err != nil {
 			var es deployment.Errors
