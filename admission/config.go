@@ -211,8 +211,8 @@ func compile(c Config) (*settings, error) {
 		return nil, err
 	}
 	s := &settings{wIn: c.InputWeight, wOut: c.OutputWeight,
-		targets: make(map[string]Capacity, len(c.Targets)),
-		classes: make(map[string]Class, len(c.Classes)+1),
+		targets:  make(map[string]Capacity, len(c.Targets)),
+		classes:  make(map[string]Class, len(c.Classes)+1),
 		weights:  make(map[string]float64, len(c.Weights)),
 		appClass: make(map[string]string, len(c.AppClasses))}
 	if s.wIn == 0 {

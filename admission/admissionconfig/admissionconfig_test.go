@@ -105,7 +105,7 @@ providers:
 		},
 		{
 			name: "applications",
-			doc: strings.Replace(head, "{id: app-b}", "{id: app-b, admission: {class: gold, weight: -1}}", 1),
+			doc:  strings.Replace(head, "{id: app-b}", "{id: app-b, admission: {class: gold, weight: -1}}", 1),
 			want: []string{
 				"6: applications[0].admission.class: class \"priority\" is not configured (classes: standard)",
 				"7: applications[1].admission.class: class \"gold\" is not configured",
