@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/admission"
 	"sluice/counter"
 	"sluice/dialect"
 	"sluice/gwerror"
@@ -226,6 +227,11 @@ type Services struct {
 	Pricing *pricing.Catalog
 	// Tokens estimates prompt tokens.
 	Tokens *tokencount.Counter
+	// Admission is the fair-admission scheduler (fair-admission): one per
+	// process, configured by the gateway with every deployment it applies
+	// before the deployment's chains serve, so queues, running requests and
+	// counters survive reloads. A policy instance never closes it.
+	Admission *admission.Scheduler
 	// Metrics registers policy collectors (nil: no metrics). Chains are rebuilt
 	// on reload, so policies register with RegisterOrReuse.
 	Metrics prometheus.Registerer
