@@ -164,6 +164,8 @@ type finalRecord struct {
 	Status  int
 	Usage   *llmapi.Usage
 	StateOK bool
+	// Probe is what recLog.probe answered at the final call (false without one).
+	Probe bool
 }
 
 // recLog collects recorder events per request id. Safe for concurrent use.
@@ -172,6 +174,9 @@ type recLog struct {
 	finals   map[string][]finalRecord
 	requests map[string][]string
 	changed  chan struct{}
+	// probe, when set before the gateway serves, is asked at every final
+	// call about its request id; the answer is the record's Probe.
+	probe func(requestID string) bool
 }
 
 func newRecLog() *recLog {
@@ -185,6 +190,9 @@ func (l *recLog) addRequest(id, tag string) {
 }
 
 func (l *recLog) addFinal(id string, f finalRecord) {
+	if l.probe != nil {
+		f.Probe = l.probe(id)
+	}
 	l.mu.Lock()
 	l.finals[id] = append(l.finals[id], f)
 	l.mu.Unlock()

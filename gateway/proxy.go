@@ -26,7 +26,7 @@ import (
 
 // statusClientClosed is recorded in metrics when the client went away before a
 // status could be sent (nginx's convention).
-const statusClientClosed = 499
+const statusClientClosed = gwerror.StatusClientClosed
 
 // exchange is one proxied request as the data plane handles it. It lives on
 // the goroutine serving the request.
@@ -56,6 +56,9 @@ type exchange struct {
 	// non-streamed response (first attempt sent to body fully read), so that
 	// record can observe the time the gateway itself added.
 	upstreamStart, upstreamDone time.Time
+	// upstream is the upstream response body while it is open: finish
+	// closes it before it delivers the outcome.
+	upstream io.Closer
 }
 
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
@@ -292,7 +295,8 @@ func (x *exchange) proxy() {
 		x.forwardFailed(err)
 		return
 	}
-	defer resp.Body.Close()
+	x.upstream = resp.Body
+	defer x.closeUpstream()
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		x.upstreamStatus(resp)
@@ -532,12 +536,15 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	x.writeHeader(presp.Status)
 	x.extendWrite()
 	if err := x.rc.Flush(); err != nil {
-		resp.Body.Close() // see below
-		x.finish(policies.Cancelled, presp.Status, nil, err)
+		x.finish(policies.Cancelled, presp.Status, nil, err) // closes the upstream body first
 		return
 	}
 
 	rd := sse.NewReader(resp.Body)
+	// out is the output forwarded so far, each event's text counted as it
+	// passes (for the stream phase: Call.StreamOutput).
+	count := x.outputCounter()
+	var out int64
 	ended := false
 	kind := policies.Completed
 	var endErr error
@@ -565,6 +572,11 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		if tracker.Observe(ev) && hideUsage {
 			continue
 		}
+		var evOut int64
+		if count != nil {
+			tracker.EventOutput(func(_ int, text string) { evOut += count(text) })
+		}
+		x.call.SetStreamOutput(out)
 		if gerr := x.run.StreamEvent(ev); gerr != nil {
 			// A stream policy panicked (the runner logged it); the stream
 			// cannot carry an error envelope any more, so it ends here.
@@ -577,14 +589,15 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		if err := x.writeEvent(ev); err != nil {
 			// The client went away or stopped reading (the write deadline
 			// passed, which does not cancel the request's context): nothing
-			// will take the rest, so the upstream request ends now. Closing
-			// its unread body cancels the attempt and drops the upstream
-			// connection (the deferred Close is then a no-op).
-			resp.Body.Close()
+			// will take the rest, so the upstream request ends now: finish
+			// closes its unread body, which cancels the attempt and drops
+			// the upstream connection.
+			x.closeUpstream()
 			kind, endErr = policies.Cancelled, err
 			break
 		}
 		tracker.Forwarded()
+		out += evOut
 	}
 	usage := x.streamUsage(tracker)
 	if usage != nil {
@@ -609,13 +622,18 @@ func (x *exchange) streamUsage(t *llmapi.StreamTracker) *llmapi.Usage {
 	if u := t.Usage(); u != nil && u.Authoritative {
 		return u
 	}
+	return t.CountedUsage(x.outputCounter(), policies.PromptTokens(x.call, x.g.opts.Services.Tokens))
+}
+
+// outputCounter counts output text in tokens of the request's model; nil
+// without a tokenizer.
+func (x *exchange) outputCounter() func(string) int64 {
 	tok := x.g.opts.Services.Tokens
-	var count func(string) int64
-	if tok != nil {
-		model := x.call.Shared.Model
-		count = func(text string) int64 { return int64(tok.Count(model, text)) }
+	if tok == nil {
+		return nil
 	}
-	return t.CountedUsage(count, policies.PromptTokens(x.call, tok))
+	model := x.call.Shared.Model
+	return func(text string) int64 { return int64(tok.Count(model, text)) }
 }
 
 // terminalEvent reports whether ev marks the normal end of a stream: OpenAI's
@@ -634,11 +652,27 @@ func terminalEvent(ev *sse.Event) bool {
 
 // finish delivers the outcome (the runner ignores all but the first call).
 // Requests the gateway answers without a run (GET /v1/models) have none.
+//
+// The upstream response body is closed first, on every path: the outcome
+// says the upstream request has ended, and fair admission frees the
+// provider's capacity on it. Closing a body read to its end returns the
+// connection to the pool; closing one that is not cancels the attempt and
+// drops the connection, which is how the provider learns that the request
+// is over.
 func (x *exchange) finish(kind policies.OutcomeKind, status int, usage *llmapi.Usage, err error) {
+	x.closeUpstream()
 	if x.run == nil {
 		return
 	}
 	x.run.Finish(policies.Outcome{Kind: kind, Status: status, Usage: usage, Err: err})
+}
+
+// closeUpstream closes the upstream response body once.
+func (x *exchange) closeUpstream() {
+	if x.upstream != nil {
+		_ = x.upstream.Close()
+		x.upstream = nil
+	}
 }
 
 // fail renders gerr in the client's dialect with the policies' client

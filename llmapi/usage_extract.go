@@ -181,7 +181,13 @@ type StreamTracker struct {
 	committed       int
 	overflow        int64
 	pendingOverflow int64
+	// segs are the output text of the event observed last by choice:
+	// text[from:to] belongs to choice.
+	segs []textSeg
 }
+
+// textSeg is one choice's output text in the event observed last.
+type textSeg struct{ choice, from, to int }
 
 // NewStreamTracker returns a tracker for a stream of endpoint ep that asked for n
 // choices (an n below 1 is taken as 1).
@@ -221,6 +227,7 @@ func (t *StreamTracker) finish(idx int64) {
 func (t *StreamTracker) Observe(ev *sse.Event) (usageOnly bool) {
 	t.text = t.text[:t.committed]
 	t.pendingOverflow = 0
+	t.segs = t.segs[:0]
 	if ev == nil || len(ev.Data) == 0 || ev.Done() {
 		return false
 	}
@@ -236,7 +243,20 @@ func (t *StreamTracker) Observe(ev *sse.Event) (usageOnly bool) {
 	default:
 		return t.observeOpenAI(root)
 	}
+	if len(t.text) > t.committed {
+		t.segs = append(t.segs, textSeg{choice: 0, from: t.committed, to: len(t.text)})
+	}
 	return false
+}
+
+// EventOutput calls fn, for each choice of the event passed to Observe last
+// that carries output text, with the choice's index and that text (the
+// text CountedUsage would count once the event is Forwarded). Anthropic and
+// Responses streams have one choice, 0. text is only valid during the call.
+func (t *StreamTracker) EventOutput(fn func(choice int, text string)) {
+	for _, sg := range t.segs {
+		fn(sg.choice, view(t.text[sg.from:sg.to]))
+	}
 }
 
 func (t *StreamTracker) observeOpenAI(root gjson.Result) bool {
@@ -258,6 +278,7 @@ func (t *StreamTracker) observeOpenAI(root gjson.Result) bool {
 				}
 				var idx int64
 				var done bool
+				from := len(t.text)
 				c.ForEach(func(ck, cv gjson.Result) bool {
 					switch ck.Str {
 					case "index":
@@ -277,6 +298,9 @@ func (t *StreamTracker) observeOpenAI(root gjson.Result) bool {
 				})
 				if done {
 					t.finish(idx)
+				}
+				if len(t.text) > from && idx >= 0 && idx < maxTrackedIndex {
+					t.segs = append(t.segs, textSeg{choice: int(idx), from: from, to: len(t.text)})
 				}
 				return true
 			})

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/admission"
 	"sluice/admission/admissionconfig"
 	"sluice/counter"
 	"sluice/deployment"
@@ -277,8 +278,8 @@ func NewChecker(reg *Registry) *Checker { return &Checker{reg: reg, svc: StandIn
 // StandInServices are services good enough to construct any policy, not to
 // serve: a silent logger, the clock, the embedded price catalog (so a
 // policy's pricingFile is still checked against it), the tokenizer, a key
-// index with no keys and a counter store that reports itself unavailable;
-// construction reaches neither. So a constructor's complaint about a missing
+// index with no keys, a counter store that reports itself unavailable and a
+// scheduler that is never configured; construction reaches none of them. So a constructor's complaint about a missing
 // service is never reported as a problem of the document, while
 // construction-time checks of params still are. Nothing is registered for
 // metrics.
@@ -289,13 +290,18 @@ func StandInServices() *Services {
 		// simply unknown to the check.
 		cat = &pricing.Catalog{}
 	}
+	sched, err := admission.New(admission.Config{}, admission.Options{})
+	if err != nil {
+		panic(err) // the empty configuration is valid
+	}
 	return &Services{
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now:      time.Now,
-		Keys:     noKeys{},
-		Counters: unavailableStore{},
-		Pricing:  cat,
-		Tokens:   tokencount.New(),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:       time.Now,
+		Keys:      noKeys{},
+		Counters:  unavailableStore{},
+		Pricing:   cat,
+		Tokens:    tokencount.New(),
+		Admission: sched,
 	}
 }
 

@@ -111,7 +111,19 @@ type Call struct {
 	Identified bool
 
 	limits dialect.Limits
+	output int64
 }
+
+// StreamOutput is the output of a streamed response forwarded to the client
+// before the event the stream phase is handling, in tokens as the gateway
+// counts them (every choice, each event's text tokenized as it passes); 0
+// for bodies and before the first event. A policy that meters output as it
+// is generated (fair-admission) reads it in the stream phase.
+func (c *Call) StreamOutput() int64 { return c.output }
+
+// SetStreamOutput records the stream output forwarded so far; the gateway
+// calls it before each event's stream phase.
+func (c *Call) SetStreamOutput(tokens int64) { c.output = tokens }
 
 // Limits is the rate-limit state the response reports: per kind the tightest
 // counter the limit policies admitted the request on. The gateway renders it
