@@ -380,3 +380,34 @@ func TestFairAdmissionReloadKeepsQueues(t *testing.T) {
 	release()
 	e.reconcile()
 }
+
+// TestFairAdmissionOutputBound: a request that sets no output bound gets
+// the policy's maxOutputTokens (64 here); an upstream that ignores it (the
+// mock with x-mock-output-tokens) is cut there, streamed or not, with a
+// clean ending, and the application is charged what was delivered: its
+// prompt and the bound.
+func TestFairAdmissionOutputBound(t *testing.T) {
+	e := startFair(t, "sequences=4,kv=0,prefill=0,decode=0", "{maxConcurrent: 2}", "")
+	for i, stream := range []bool{false, true} {
+		app := fairApps[i]
+		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","stream":%v,"messages":[{"role":"user","content":"tell me everything"}]}`, stream)
+		a := e.await(e.send(context.Background(), app, body, map[string]string{mockllm.HeaderOutputTokens: "500"}))
+		if a.err != nil || a.resp.StatusCode != 200 {
+			t.Fatalf("stream %v: %v %+v %s", stream, a.err, a.resp, a.body)
+		}
+		if got := strings.Count(string(a.body), " tok"); got != 64 {
+			t.Errorf("stream %v: %d tokens delivered; want the bound, 64", stream, got)
+		}
+		if !strings.Contains(string(a.body), `"finish_reason":"length"`) || (stream && !strings.HasSuffix(strings.TrimSpace(string(a.body)), "data: [DONE]")) {
+			t.Errorf("stream %v: no clean ending at the bound:\n%s", stream, a.body)
+		}
+		e.waitIdle()
+		prompt := e.usage().Tenants[app].PromptTokens
+		if got := e.charged(app); got != prompt+64 {
+			t.Errorf("stream %v: charged %d; want the prompt (%d) and the bound (64)", stream, got, prompt)
+		}
+	}
+	if cuts := metricValue(t, e.gw, `sluice_output_bound_cuts_total{route="fair"}`); cuts != 2 {
+		t.Errorf("output bound cuts %v; want 2", cuts)
+	}
+}

@@ -434,6 +434,12 @@ func (x *exchange) body(resp *http.Response) {
 	}
 	x.upstreamDone = x.g.now()
 	body := buf.Bytes()
+	if bound := x.outputBound(); bound > 0 {
+		if cut, ok := x.cutBody(body, bound); ok {
+			body = cut
+			x.g.metrics.outputCuts.WithLabelValues(x.rt.name).Inc()
+		}
+	}
 	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.Choices())
 	if err != nil {
 		x.g.log.Debug("no usage in upstream body", "request_id", x.reqID, "error", err)
@@ -541,11 +547,17 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	}
 
 	rd := sse.NewReader(resp.Body)
-	// out is the output forwarded so far, each event's text counted as it
-	// passes (for the stream phase: Call.StreamOutput).
-	count := x.outputCounter()
-	var out int64
-	ended := false
+	// meter counts the output forwarded so far per choice (the stream
+	// phase reads it as Call.StreamOutput; the output bound cuts on it).
+	var meter *outputMeter
+	if count := x.outputCounter(); count != nil {
+		meter = newOutputMeter(count, llm.Choices())
+	}
+	var bound *streamBound
+	if b := x.outputBound(); b > 0 && meter != nil {
+		bound = newStreamBound(x.ep, b, llm.Choices())
+	}
+	ended, cutEnd := false, false
 	kind := policies.Completed
 	var endErr error
 	for {
@@ -572,11 +584,21 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		if tracker.Observe(ev) && hideUsage {
 			continue
 		}
-		var evOut int64
-		if count != nil {
-			tracker.EventOutput(func(_ int, text string) { evOut += count(text) })
+		if bound != nil {
+			bound.begin(ev)
 		}
-		x.call.SetStreamOutput(out)
+		if meter != nil && meter.observe(tracker, bound) {
+			// The event would take a choice past the output bound: it is
+			// not forwarded, and the choice ends here.
+			if bound.complete() {
+				cutEnd = true
+				break
+			}
+			continue
+		}
+		if meter != nil {
+			x.call.SetStreamOutput(meter.total)
+		}
 		if gerr := x.run.StreamEvent(ev); gerr != nil {
 			// A stream policy panicked (the runner logged it); the stream
 			// cannot carry an error envelope any more, so it ends here.
@@ -597,7 +619,19 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 			break
 		}
 		tracker.Forwarded()
-		out += evOut
+		if meter != nil {
+			meter.commit()
+		}
+		if bound != nil {
+			bound.forwarded()
+			if bound.complete() { // the last uncut choice finished
+				cutEnd = true
+				break
+			}
+		}
+	}
+	if cutEnd {
+		kind, endErr = x.endCutStream(bound, tracker)
 	}
 	usage := x.streamUsage(tracker)
 	if usage != nil {
@@ -611,6 +645,21 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		// without the final chunk (HTTP/2: resets the stream) and logs nothing.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// endCutStream ends a stream the output bound cut: the upstream request
+// ends first (its capacity frees), then the client gets the dialect's clean
+// ending with the usage delivered. The outcome is Completed with the usage
+// counted from the output forwarded, unless the client is gone.
+func (x *exchange) endCutStream(bound *streamBound, tracker *llmapi.StreamTracker) (policies.OutcomeKind, error) {
+	x.closeUpstream()
+	x.g.metrics.outputCuts.WithLabelValues(x.rt.name).Inc()
+	for _, ev := range bound.ending(x.streamUsage(tracker), x.call.Request.LLM.ClientIncludeUsage) {
+		if err := x.writeEvent(ev); err != nil {
+			return policies.Cancelled, err
+		}
+	}
+	return policies.Completed, nil
 }
 
 // streamUsage is a stream's one usage fact: the provider's report when it

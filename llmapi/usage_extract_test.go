@@ -235,7 +235,7 @@ func TestStreamTrackerForwardedText(t *testing.T) {
 				}
 				tr.Observe(ev)
 				if !tt.skip[i] {
-					tr.EventOutput(func(choice int, text string) {
+					tr.EventOutput(func(choice int, text string, _ bool) {
 						byEvent.WriteString(text)
 						perChoice[choice] += text
 					})
