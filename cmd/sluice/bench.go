@@ -26,7 +26,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench fairness", flag.ContinueOnError)
 	o := fairbench.Options{}
 	fs.IntVar(&o.Tenants, "tenants", 200, "tenants (applications): one hot, one priority, one victim, 10 heavy, the rest light")
-	fs.DurationVar(&o.Duration, "duration", 5*time.Minute, "load duration: the hot burst runs from 1/4 to 5/8 of it")
+	fs.DurationVar(&o.Duration, "duration", 5*time.Minute, "load duration: the hot burst runs from 1/4 to 1/2 of it")
 	fs.StringVar(&o.Mode, "mode", "fair", "fifo (the engine's queue decides), rpm (per-application request rate limit) or fair (fair-admission)")
 	fs.StringVar(&o.Out, "out", "", "directory for summary.json and the plots (required)")
 	fs.StringVar(&o.Capacity, "capacity", fairbench.DefaultCapacity, "the engine's capacity (sluice mock-llm --capacity syntax)")

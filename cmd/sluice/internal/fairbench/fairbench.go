@@ -109,7 +109,7 @@ func (t *tenant) key() string { return "sk-fairbench-" + t.id }
 type phases struct{ burstStart, burstEnd, end time.Duration }
 
 func phasesOf(d time.Duration) phases {
-	return phases{burstStart: d / 4, burstEnd: d * 5 / 8, end: d}
+	return phases{burstStart: d / 4, burstEnd: d / 2, end: d}
 }
 
 func (p phases) of(at time.Duration) int {
@@ -342,11 +342,13 @@ func (r *runner) plan() []request {
 			poisson(t, 0, r.ph.end, 1, func() request { return request{prompt: 300, output: 32, stream: true} })
 		case roleHeavy:
 			// Each heavy tenant asks for more than its share during the
-			// burst, each a different amount, in requests of its own size.
+			// burst, each a different amount, in requests of its own size
+			// (long ones: a FIFO backlog of short ones would be thousands
+			// of open connections).
 			j := t.idx - 3
-			out := []int{32, 64, 128, 256}[j%4]
+			out := []int{128, 256}[j%2]
 			prompt := []int{200, 800, 1600}[j%3]
-			poisson(t, r.ph.burstStart, r.ph.burstEnd, (0.10+0.02*float64(j))*capTok/float64(out), func() request {
+			poisson(t, r.ph.burstStart, r.ph.burstEnd, (0.08+0.01*float64(j))*capTok/float64(out), func() request {
 				return request{prompt: prompt, output: out, stream: true}
 			})
 		default:
@@ -483,12 +485,12 @@ func (r *runner) do(ctx context.Context, q request) result {
 		res.complete = res.out == q.output
 		return res
 	}
-	r.readStream(ctx, cancel, resp.Body, q, &res)
+	r.readStream(cancel, resp.Body, q, &res)
 	return res
 }
 
 // readStream reads a stream's events: tokens, their times, the usage.
-func (r *runner) readStream(_ context.Context, hangUp context.CancelFunc, body io.Reader, q request, res *result) {
+func (r *runner) readStream(hangUp context.CancelFunc, body io.Reader, q request, res *result) {
 	buf := make([]byte, 0, 4096)
 	chunk := make([]byte, 4096)
 	var last time.Duration
