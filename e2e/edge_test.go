@@ -27,6 +27,7 @@ import (
 
 	"sluice/deployment"
 	"sluice/deployment/yamlfile"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/mockllm"
 )
@@ -288,7 +289,7 @@ func TestUpstreamErrorsWrapped(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.want, b)
 			}
 			if tc.code != "" {
-				if e := decodeEnvelope(t, b); e.Code != tc.code || e.Type != "upstream_error" || resp.Header.Get("X-Sluice-Error-Code") != tc.code {
+				if e := gwerrortest.MustOpenAI(t, b); e.Code != tc.code || e.Type != "upstream_error" || resp.Header.Get("X-Sluice-Error-Code") != tc.code {
 					t.Fatalf("envelope %+v, X-Sluice-Error-Code %q; want code %s", e, resp.Header.Get("X-Sluice-Error-Code"), tc.code)
 				}
 			}
@@ -433,7 +434,7 @@ func TestGzipRequestBody(t *testing.T) {
 	allocBefore := ms.TotalAlloc
 	resp, body = env.mustSend("/oa/v1/chat/completions", "app-a", bomb, map[string]string{"Content-Encoding": "gzip"})
 	runtime.ReadMemStats(&ms)
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || decodeEnvelope(t, body).Code != "request_too_large" {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || gwerrortest.MustOpenAI(t, body).Code != "request_too_large" {
 		t.Fatalf("zip bomb: %d %s, want 413 request_too_large", resp.StatusCode, body)
 	}
 	// The whole process allocated less than 8 MiB serving it (the bound is
@@ -449,7 +450,7 @@ func TestGzipRequestBody(t *testing.T) {
 
 	for _, enc := range []string{"br", "deflate", "gzip, br"} {
 		resp, body = env.mustSend("/oa/v1/chat/completions", "app-a", plain, map[string]string{"Content-Encoding": enc})
-		e := decodeEnvelope(t, body)
+		e := gwerrortest.MustOpenAI(t, body)
 		if resp.StatusCode != http.StatusUnsupportedMediaType || e.Code != "unsupported_media_type" || !strings.Contains(e.Message, `"`+enc+`"`) {
 			t.Fatalf("Content-Encoding %s: %d %+v, want 415 naming it", enc, resp.StatusCode, e)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"sluice/deployment"
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/internal/proctest"
 	"sluice/mockllm"
 	"sluice/policies/fairadmission"
@@ -320,7 +321,7 @@ func TestFairAdmissionRefusals(t *testing.T) {
 			t.Fatalf("%s: %v %+v %s", what, a.err, a.resp, a.body)
 		}
 		h := a.resp.Header
-		if decodeEnvelope(t, a.body).Code != gwerror.CodeRateLimitExceeded || h.Get(gwerror.HeaderPolicy) != fairadmission.Name ||
+		if gwerrortest.MustOpenAI(t, a.body).Code != gwerror.CodeRateLimitExceeded || h.Get(gwerror.HeaderPolicy) != fairadmission.Name ||
 			h.Get("X-Should-Retry") != retry || (h.Get("Retry-After") != "") != retryAfter {
 			t.Fatalf("%s: code %s, headers %v", what, a.body, h)
 		}

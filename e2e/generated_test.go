@@ -16,6 +16,7 @@ import (
 	"sluice/counter"
 	"sluice/deployment"
 	"sluice/deployment/yamlfile"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/platform/generate"
 	"sluice/policies/ratelimit"
@@ -225,7 +226,7 @@ func TestGeneratedKeysExpiryAndGrants(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("%s: %d %s, want %d", app, resp.StatusCode, b, want)
 		}
-		if want == 403 && decodeEnvelope(t, b).Code != "application_not_allowed" {
+		if want == 403 && gwerrortest.MustOpenAI(t, b).Code != "application_not_allowed" {
 			t.Errorf("%s: %s", app, b)
 		}
 	}

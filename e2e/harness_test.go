@@ -552,25 +552,6 @@ func readRateHeaders(h http.Header) rateHeaders {
 	}
 }
 
-// errorEnvelope is the OpenAI error envelope.
-type errorEnvelope struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
-
-func decodeEnvelope(t testing.TB, body []byte) errorEnvelope {
-	t.Helper()
-	var e struct {
-		Error *errorEnvelope `json:"error"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil {
-		t.Fatalf("not an error envelope: %s", body)
-	}
-	return *e.Error
-}
-
 // chatUsage decodes the usage of a non-streamed chat completion body.
 func chatUsage(t testing.TB, body []byte) (prompt, completion int64) {
 	t.Helper()

@@ -23,6 +23,7 @@ import (
 	"sluice/deployment"
 	"sluice/deployment/yamlfile"
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/policies/ratelimit"
 )
@@ -87,7 +88,7 @@ func (e *limitsEnv) chat(ctxPath, app string, req chatReq, hdr map[string]string
 		if resp.StatusCode == http.StatusOK {
 			a.prompt, a.completion = chatUsage(e.t, body)
 		} else {
-			env := decodeEnvelope(e.t, body)
+			env := gwerrortest.MustOpenAI(e.t, body)
 			a.code, a.typ = env.Code, env.Type
 		}
 		return a
@@ -515,7 +516,7 @@ func TestSettlementRules(t *testing.T) {
 				if p := h.Get(gwerror.HeaderPolicy); p != "" {
 					t.Fatalf("an upstream 429 carries X-Sluice-Policy %q", p)
 				}
-				if env := decodeEnvelope(t, body); env.Code != "rate_limit_exceeded" {
+				if env := gwerrortest.MustOpenAI(t, body); env.Code != "rate_limit_exceeded" {
 					t.Fatalf("upstream 429 envelope not passed through: %s", body)
 				}
 			}},
@@ -731,7 +732,7 @@ func TestDenialEnvelope(t *testing.T) {
 			never := env.metric("sluice_ratelimit_denials_total", map[string]string{"route": tc.route, "reason": "exceeds_capacity"})
 			resp, body := env.mustSend("/"+tc.route+"/v1/chat/completions", "app-a", big.body(), nil)
 			env.waitSettled()
-			envl := decodeEnvelope(t, body)
+			envl := gwerrortest.MustOpenAI(t, body)
 			if resp.StatusCode != 429 || envl.Code != tc.code || envl.Type != gwerror.TypeRateLimit || envl.Param != nil {
 				t.Fatalf("%d %+v, want 429 %s rate_limit_error", resp.StatusCode, envl, tc.code)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"net"
@@ -17,11 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"sluice/deployment"
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/policies"
@@ -168,12 +170,17 @@ type finalRecord struct {
 	Probe bool
 }
 
-// recLog collects recorder events per request id. Safe for concurrent use.
+// recLog collects recorder events per request id, and every recorder built
+// (lifecycle_test.go checks their Close calls). Safe for concurrent use.
 type recLog struct {
 	mu       sync.Mutex
 	finals   map[string][]finalRecord
 	requests map[string][]string
 	changed  chan struct{}
+	built    []*recorder
+	// misuse lists lifecycle violations: a phase on a closed instance, a
+	// second Close.
+	misuse []string
 	// probe, when set before the gateway serves, is asked at every final
 	// call about its request id; the answer is the record's Probe.
 	probe func(requestID string) bool
@@ -244,9 +251,12 @@ type recorder struct {
 	id   string
 	log  *recLog
 	slot string
+	// closes counts Close calls (lifecycle_test.go).
+	closes atomic.Int32
 }
 
 func (r *recorder) OnRequest(c *policies.Call) *gwerror.Error {
+	r.checkOpen("request")
 	r.log.addRequest(c.Shared.RequestID, r.p.Tag)
 	// Per-request state under this instance's own key.
 	c.Shared.Metadata[r.slot] = r.p.Tag + "/" + c.Shared.RequestID
@@ -263,6 +273,7 @@ func (r *recorder) OnRequest(c *policies.Call) *gwerror.Error {
 }
 
 func (r *recorder) OnResponse(c *policies.Call, resp *policies.Response) *gwerror.Error {
+	r.checkOpen("response")
 	if r.p.Panic == "response" {
 		panic("recorder panics in response")
 	}
@@ -270,20 +281,24 @@ func (r *recorder) OnResponse(c *policies.Call, resp *policies.Response) *gwerro
 }
 
 func (r *recorder) OnStreamEvent(c *policies.Call, ev *sse.Event) {
+	r.checkOpen("stream")
 	if r.p.Panic == "stream" {
 		panic("recorder panics in stream")
 	}
 }
 
 func (r *recorder) OnFinal(c *policies.Call, o *policies.Outcome) {
+	r.checkOpen("final")
 	ok := c.Shared.Metadata[r.slot] == r.p.Tag+"/"+c.Shared.RequestID
-	r.log.addFinal(c.Shared.RequestID, finalRecord{Tag: r.p.Tag, Kind: o.Kind, Status: o.Status, Usage: o.Usage, StateOK: ok})
+	r.log.addFinal(c.Shared.RequestID, finalRecord{Tag: r.p.Tag, Kind: o.Kind, Status: o.Status, Usage: c.Shared.Usage(), StateOK: ok})
 }
 
 func testRegistry(log *recLog) *policies.Registry {
 	def := policies.Define("recorder", "v1", "records every phase (tests only)",
 		func(p *recParams, ri policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-			return &recorder{p: *p, id: ri.InstanceID, log: log, slot: sharedctx.InstanceKey(ri.InstanceID, "rec")}, nil
+			r := &recorder{p: *p, id: ri.InstanceID, log: log, slot: sharedctx.InstanceKey(ri.InstanceID, "rec")}
+			log.addBuilt(r)
+			return r, nil
 		})
 	return policies.NewRegistry(def)
 }
@@ -333,6 +348,8 @@ func startGateway(t *testing.T, d *deployment.Deployment) *testEnv {
 func startGatewayWith(t *testing.T, d *deployment.Deployment, reg *prometheus.Registry) *testEnv {
 	t.Helper()
 	rl := newRecLog()
+	// Runs after serveGateway's cleanup (Shutdown): every instance closed.
+	t.Cleanup(func() { rl.checkAllClosed(t) })
 	logs := &proctest.Buffer{}
 	gw, base := serveGateway(t, d, Options{
 		Registry: testRegistry(rl),
@@ -419,22 +436,13 @@ func send(t *testing.T, method, url, contentType, body string, hdr map[string]st
 	return resp, b
 }
 
-// envelope decodes an OpenAI error envelope, failing when the body is not one.
+// envelope decodes an OpenAI error envelope, failing when the body is not
+// one or its error has no type.
 func envelope(t *testing.T, body []byte) (code, message string) {
 	t.Helper()
-	var e struct {
-		Error *struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil {
-		t.Fatalf("not an error envelope: %s", body)
-	}
-	if e.Error.Type == "" {
+	e := gwerrortest.MustOpenAI(t, body)
+	if e.Type == "" {
 		t.Fatalf("envelope without type: %s", body)
 	}
-	return e.Error.Code, e.Error.Message
+	return e.Code, e.Message
 }

@@ -84,8 +84,14 @@ type Gateway struct {
 	ids       requestIDs
 	bufs      sync.Pool // *bytes.Buffer for upstream bodies
 
-	// applyMu serialises Apply so snapshots are built one at a time.
+	// applyMu serialises Apply so snapshots are built one at a time, and
+	// guards retired.
 	applyMu sync.Mutex
+	// retired is set by Shutdown once it dropped the gateway's reference to
+	// the current snapshot; Apply then fails.
+	retired bool
+	// open are the snapshots whose policy instances are not closed yet.
+	open openSnapshots
 
 	srvMu      sync.Mutex
 	srv        *http.Server
@@ -310,7 +316,11 @@ func (g *Gateway) ServeMetrics(ln net.Listener) error {
 // streams to finish until ctx is done; then it closes the remaining
 // connections (their requests end Cancelled) and returns ctx's error. The
 // metrics listener, if any, is shut down last, so a scrape during the drain
-// still answers.
+// still answers. Then the current configuration is retired: its policy
+// instances, and those of replaced configurations still draining, are closed
+// once their last request has ended; Shutdown waits for that until ctx is
+// done. Later requests (on a handler served elsewhere) answer 503, and Apply
+// fails.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.srvMu.Lock()
 	srv, msrv := g.srv, g.metricsSrv
@@ -328,7 +338,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			err = cmp.Or(err, merr)
 		}
 	}
-	return err
+	// The retired snapshot stays loaded (its settings still answer /metrics
+	// and /readyz); acquire refuses it once its count is zero.
+	g.applyMu.Lock()
+	if s := g.snap.Load(); s != nil && !g.retired {
+		g.retired = true
+		g.release(s, false)
+	}
+	g.applyMu.Unlock()
+	return cmp.Or(err, g.waitClosed(ctx))
 }
 
 // ShutdownGrace is the drain bound of the current configuration.
@@ -344,26 +362,41 @@ func (g *Gateway) Ready() bool { return g.snap.Load() != nil }
 
 // Apply builds a snapshot from d (providers, key index, chains, the
 // fair-admission configuration), configures the scheduler
-// (Services.Admission) with it and swaps it in atomically. d must have passed deployment.Validate (yamlfile validates what
-// it reads): the gateway does not check again what Validate checks. Apply
+// (Services.Admission) with it and swaps it in atomically. d must have
+// passed deployment.Validate (yamlfile validates what it reads): the
+// gateway does not check again what Validate checks. Apply
 // fills d's empty fields with the document's defaults
 // (deployment.ApplyDefaults: nothing to do for what yamlfile read). On error
 // the current snapshot stays in place. Requests in flight finish on the
-// snapshot they started with.
+// snapshot they started with; the policy instances of the replaced snapshot
+// are closed once the last of them has ended (at once when none is in
+// flight). Apply fails after Shutdown.
 func (g *Gateway) Apply(d *deployment.Deployment) error {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
+	if g.retired {
+		return errors.New("gateway: shut down")
+	}
 	s, err := g.buildSnapshot(d)
 	if err == nil && g.opts.Services.Admission != nil {
 		// Before the swap: the new chains admit against the new capacities
-		// from their first request. Queues and counters are kept.
-		err = g.opts.Services.Admission.Configure(s.admission)
+		// from their first request. Queues and counters are kept. The
+		// configuration was validated with the snapshot, so this cannot
+		// fail; if it did, the snapshot never serves.
+		if err = g.opts.Services.Admission.Configure(s.admission); err != nil {
+			for _, rt := range s.routes {
+				_ = rt.chain.Close()
+			}
+		}
 	}
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()
 		return err
 	}
-	g.snap.Store(s)
+	g.adopt(s)
+	if old := g.snap.Swap(s); old != nil {
+		g.release(old, false)
+	}
 	g.metrics.reloads.WithLabelValues("success").Inc()
 	g.srvMu.Lock()
 	srv := g.srv

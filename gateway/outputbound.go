@@ -29,7 +29,7 @@ func (x *exchange) outputBound() int64 {
 	if llm == nil || llm.Endpoint == llmapi.Embeddings || x.g.opts.Services.Tokens == nil || llm.MaxTokens <= 0 {
 		return 0
 	}
-	if !tokencount.Exact(x.call.Shared.Model) {
+	if !tokencount.Exact(x.call.Shared.ServedModel()) {
 		return llm.MaxTokens + (llm.MaxTokens+3)/4
 	}
 	return llm.MaxTokens
@@ -200,7 +200,7 @@ func jsonString(s string) string {
 // unchanged (false) when nothing passes the bound or the body is not the
 // endpoint's shape.
 func (x *exchange) cutBody(body []byte, bound int64) ([]byte, bool) {
-	tok, model := x.g.opts.Services.Tokens, x.call.Shared.Model
+	tok, model := x.g.opts.Services.Tokens, x.call.Shared.ServedModel()
 	count := func(s string) int64 { return int64(tok.Count(model, s)) }
 	prefix := func(s string, n int64) (string, int64) {
 		p, k := tok.Prefix(model, s, int(n))

@@ -57,7 +57,7 @@ func (x *exchange) quota(rest string) {
 			r.Method+" is not allowed on "+quotaPath+"; use GET"))
 		return
 	}
-	call := x.newCall(rest, nil)
+	call := x.newCall(rest)
 	// ?resource=/chat/completions reports the counters of that resource's
 	// entries (resource-attached and per-resource limits).
 	if res := r.URL.Query().Get("resource"); deployment.KnownResource(res) {

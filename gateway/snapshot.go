@@ -32,6 +32,8 @@ type snapshot struct {
 	// admission is the scheduler configuration of the deployment, applied
 	// to Services.Admission before the snapshot is swapped in.
 	admission admission.Config
+	// life counts the snapshot's references (lifecycle.go).
+	life lifetime
 }
 
 type route struct {

@@ -1,10 +1,17 @@
 // Package platform is Sluice's control plane service: it opens the store
 // (SQLite in the data directory, or PostgreSQL), the secrets box and the
 // admin token, and serves the REST API (platform/api) and deployment
-// delivery (platform/delivery) over HTTP. It imports its own subpackages and
-// the policy registry; never the gateway (gateways meet it at the deployment
-// document, fetched over HTTP or, in `sluice serve`, through Platform's
-// methods).
+// delivery (platform/delivery) over HTTP. Below it: store (SQLite and
+// PostgreSQL), api (spec-first REST API), generate (Rate Limit settings and
+// guardrails to a deployment document), delivery (long-poll hub), secrets.
+//
+// Import rule (docs/architecture.md, checked by internal/layout): the
+// platform imports its own subpackages, the deployment document
+// (deployment, deployment/yamlfile), the policy registry and its dry-run
+// check (policies), the usage record (meter) and the leaves; never the
+// gateway: gateways meet it at the deployment document, fetched over HTTP
+// or, in `sluice serve`, through Platform's methods. The wiring
+// (internal/app) assembles it.
 package platform
 
 import (

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 
 	"sluice/gwerror"
 	"sluice/policies"
+	"sluice/policies/policytest"
 	"sluice/sharedctx"
 	"sluice/sse"
 )
@@ -109,11 +109,6 @@ func rec(tag string, extra map[string]any) policies.EntrySpec {
 	return policies.EntrySpec{Name: "recorder", Version: "v1", Params: p}
 }
 
-func newCall() *policies.Call {
-	return &policies.Call{Ctx: context.Background(), Shared: sharedctx.New("req-1", "r", "r", "p"),
-		Request: &policies.Request{Header: http.Header{}}, ClientHeader: http.Header{}}
-}
-
 func TestRunnerOrderAndExactlyOnceFinal(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -204,7 +199,7 @@ func TestRunnerOrderAndExactlyOnceFinal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &harness{}
 			ch := h.chain(t, tc.specs...)
-			call := newCall()
+			call := policytest.NewCall(policytest.Req{Route: "r"})
 			if tc.name == "abort on cancelled context" {
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
@@ -234,7 +229,7 @@ func TestRunnerOrderAndExactlyOnceFinal(t *testing.T) {
 func TestRejectedByIndex(t *testing.T) {
 	h := &harness{}
 	ch := h.chain(t, rec("a", nil), rec("b", map[string]any{"reject": true}))
-	run := ch.Start(newCall())
+	run := ch.Start(policytest.NewCall(policytest.Req{Route: "r"}))
 	_ = run.Request()
 	if h.recs[0].last.RejectedBy != 1 || h.recs[1].last.RejectedBy != 1 {
 		t.Fatalf("RejectedBy = %d,%d; want 1,1", h.recs[0].last.RejectedBy, h.recs[1].last.RejectedBy)

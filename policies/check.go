@@ -334,7 +334,9 @@ func (c *Checker) Check(d *deployment.Deployment) error {
 // fair-admission fields (admissionconfig), as the gateway does when it
 // applies d, without the structural validation (for a document that
 // yamlfile read, which validated it): problems are deployment.Errors in
-// file order.
+// file order. The chains built end their life at once (Chain.Close; an
+// error closing them is not the document's and goes to the services'
+// logger).
 func (c *Checker) CheckChains(d *deployment.Deployment) error {
 	var errs deployment.Errors
 	if _, err := admissionconfig.FromDeployment(d); err != nil {
@@ -345,13 +347,18 @@ func (c *Checker) CheckChains(d *deployment.Deployment) error {
 		errs = append(errs, es...)
 	}
 	for i := range d.Routes {
-		if _, err := c.reg.BuildRoute(d, i, c.svc); err != nil {
-			var es deployment.Errors
-			if !errors.As(err, &es) {
-				return err
+		ch, err := c.reg.BuildRoute(d, i, c.svc)
+		if err == nil {
+			if cerr := ch.Close(); cerr != nil && c.svc.Logger != nil {
+				c.svc.Logger.Warn("closing the instances of a checked chain", "route", d.Routes[i].Name, "error", cerr)
 			}
-			errs = append(errs, es...)
+			continue
 		}
+		var es deployment.Errors
+		if !errors.As(err, &es) {
+			return err
+		}
+		errs = append(errs, es...)
 	}
 	return errs.Normalize().Err()
 }

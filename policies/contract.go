@@ -1,5 +1,18 @@
 // Package policies defines the policy contract, the registry of definitions, the
-// strict params decoding, and the chain runner that owns the lifecycle guarantee.
+// strict params decoding, the chain runner that owns the lifecycle guarantee,
+// the route-to-chain conversion (Registry.BuildRoute) and the dry-run chain
+// check (Check, with stand-in services) that `sluice validate` and the
+// platform run. One package per built-in policy lives below it
+// (policies/<name>, registered by policies/builtin), and the limit engine the
+// limit policies share in policies/ratelimit.
+//
+// Import rule (docs/architecture.md, checked by internal/layout): policies
+// import the services they are handed (counter, admission), the deployment
+// document's types, and the leaves (sharedctx, gwerror, llmapi, dialect,
+// pricing, tokencount, ...); never the gateway, the platform or the wiring.
+// Services are injected through Services; a policy instance never closes
+// them (they belong to the wiring) and may release its own resources in
+// Closer.Close.
 //
 // Phases, in execution order for one request:
 //
@@ -147,12 +160,10 @@ type Request struct {
 type Response struct {
 	Status int
 	Header http.Header
-	// Body is the full body for non-streamed responses, nil for streams.
+	// Body is the full body for non-streamed responses, nil for streams. The
+	// usage extracted from it is the request's usage (Shared.Usage).
 	Body   []byte
 	Stream bool
-	// Usage is the extracted usage for non-streamed responses (nil for streams
-	// until the Final phase, and when the body reports none).
-	Usage *llmapi.Usage
 }
 
 // OutcomeKind classifies how a request ended.
@@ -189,19 +200,15 @@ func (k OutcomeKind) String() string {
 	return "unknown"
 }
 
-// Outcome is the final result of a request, delivered once to each admitted policy.
+// Outcome is the final result of a request, delivered once to each admitted
+// policy. The request's usage is not part of it: usage is one fact,
+// Shared.Usage, which the gateway sets before the final phase.
 type Outcome struct {
 	Kind OutcomeKind
 	// Status is the HTTP status the client got (0 when nothing was sent).
 	Status int
 	// WentUpstream is true when at least one upstream attempt was made.
 	WentUpstream bool
-	// Usage is the request's one usage fact, also published as Metadata
-	// x-llm-usage: the provider's report when it arrived (even if the client
-	// went away after it), else, for a stream, the usage the gateway counted
-	// from the output it forwarded (Usage.Counted, a lower bound); nil when
-	// there is neither. Usage.Complete() tells whether it is exact.
-	Usage *llmapi.Usage
 	// RejectedBy is the index in the chain of the policy that rejected the
 	// request (Kind == Rejected), -1 otherwise. A policy is told it rejected the
 	// request itself when RejectedBy equals its own position.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"sluice/deployment"
-	"sluice/policies"
+	"sluice/policies/policytest"
 )
 
 // fakeFeed serves versions set by the test and records the polls and reports.
@@ -218,17 +218,10 @@ func containsBytes(b, sub []byte) bool {
 	return false
 }
 
-type mapIndex map[[32]byte]policies.Credential
-
-func (m mapIndex) Lookup(sum [32]byte) (policies.Credential, bool) {
-	c, ok := m[sum]
-	return c, ok
-}
-
 func TestKeyUsage(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	u := NewKeyUsage(func() time.Time { return now })
-	idx := u.Wrap(mapIndex{sha256.Sum256([]byte("k")): {ApplicationID: "a", KeyID: "key-1"}})
+	idx := u.Wrap(policytest.Keys{sha256.Sum256([]byte("k")): {ApplicationID: "a", KeyID: "key-1"}})
 	if _, ok := idx.Lookup(sha256.Sum256([]byte("nope"))); ok {
 		t.Fatal("unknown key found")
 	}

@@ -3,6 +3,7 @@ package advancedratelimit_test
 import (
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"sluice/policies"
 	"sluice/policies/advancedratelimit"
 	"sluice/policies/llmcost"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
 )
 
@@ -136,7 +138,7 @@ func TestAdvancedReleaseOnLaterRejection(t *testing.T) {
 		ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{quota("q", 3, "1m", nil)}}),
 		ratelimittest.Entry(ratelimittest.RejectName, nil))
 	for range 5 {
-		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), policies.Outcome{Kind: policies.Rejected}); gerr == nil || gerr.Policy != ratelimittest.RejectName {
+		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), policytest.End{Outcome: policies.Outcome{Kind: policies.Rejected}}); gerr == nil || gerr.Policy != ratelimittest.RejectName {
 			t.Fatalf("want the later policy's rejection, got %v", gerr)
 		}
 	}
@@ -153,20 +155,20 @@ func TestAdvancedTrust(t *testing.T) {
 	counted := ratelimittest.Counted(8, 500)
 	cases := []struct {
 		name       string
-		o          policies.Outcome
+		o          policytest.End
 		tok        func(est int64) int64 // expected charge of the response quota
 		usd        bool                  // the x-llm-cost quota is charged the usage's price
 		resolution string
 	}{
-		{"cancelled with counted output", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: counted},
+		{"cancelled with counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: counted},
 			func(int64) int64 { return 8 + 4*500 }, true, "abandoned"},
-		{"cancelled with a small count keeps the estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 0)},
+		{"cancelled with a small count keeps the estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 0)},
 			func(est int64) int64 { return est }, true, "abandoned"},
-		{"cut stream with counted output", policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true, Usage: counted},
+		{"cut stream with counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true}, Usage: counted},
 			func(int64) int64 { return 8 + 4*500 }, true, "closed"},
-		{"cancelled after the usage report settles", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Usage(8, 500, 1)},
+		{"cancelled after the usage report settles", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Usage(8, 500, 1)},
 			func(int64) int64 { return 8 + 4*500 }, true, "settled"},
-		{"cancelled without usage keeps the estimates", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true},
+		{"cancelled without usage keeps the estimates", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}},
 			func(est int64) int64 { return est }, false, "abandoned"},
 	}
 	for _, tc := range cases {
@@ -250,5 +252,79 @@ func TestAdvancedSaturatedMultiplier(t *testing.T) {
 		if err == nil {
 			t.Fatalf("completionMultiplier %v accepted", bad)
 		}
+	}
+}
+
+// TestAdvancedCostQuotaExact: a quota on x-llm-cost is charged the cost llm-cost
+// priced, scaled by its multiplier from USD: exactly the micro-USD with
+// multiplier 1000000, also where a float64 of the USD is off by one
+// (32.000002 USD came back as 32000003 µUSD), and rounded up for another
+// multiplier (1000: milli-USD).
+func TestAdvancedCostQuotaExact(t *testing.T) {
+	day := func(max int64) counter.Limit {
+		return counter.Limit{Algorithm: counter.FixedWindow, Max: max, Period: 24 * time.Hour}
+	}
+	for _, prompt := range []int64{1, 7_500, 32_000_002, 987_654_321} {
+		h := ratelimittest.New(t, advancedratelimit.Definition(), llmcost.Definition())
+		ch := h.Chain(route,
+			ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{
+				quota("usd", 10_000_000_000, "1d", map[string]any{"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1e6}}),
+				quota("musd", 10_000_000, "1d", map[string]any{"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1000}}),
+			}}),
+			// 1 USD per million tokens: 1 µUSD per token.
+			ratelimittest.Entry(llmcost.Name, map[string]any{"defaultPrice": map[string]any{"input": 1, "output": 1}}))
+		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "acme-unlisted"}), ratelimittest.Completed(ratelimittest.Usage(prompt, 0, 1))); gerr != nil {
+			t.Fatal(gerr)
+		}
+		if got := 10_000_000_000 - h.Remaining("{r}:advanced-ratelimit:usd:window-1d", day(10_000_000_000)); got != prompt {
+			t.Errorf("%d µUSD: the micro-USD quota was charged %d", prompt, got)
+		}
+		if got, want := 10_000_000-h.Remaining("{r}:advanced-ratelimit:musd:window-1d", day(10_000_000)), (prompt+999)/1000; got != want {
+			t.Errorf("%d µUSD: the milli-USD quota was charged %d, want %d", prompt, got, want)
+		}
+	}
+}
+
+// refused are params the policy refuses, with its errors in its order
+// (all the policy's own, none the schema's).
+var refused = []ratelimittest.Refused{
+	{Name: "quota twice", Params: map[string]any{"quotas": []any{quota("q", 1, "1m", nil), quota("q", 2, "1h", nil)}},
+		Want: []string{`quotas.1.name: quota "q" is listed twice`}},
+	{Name: "every kind at once", Params: map[string]any{"algorithm": "fixed-window", "quotas": []any{
+		quota("a", 1, "1500ms", map[string]any{"keyExtraction": []any{
+			map[string]any{"type": "header"}, map[string]any{"type": "constant"}, map[string]any{"type": "metadata"}}}),
+		map[string]any{"name": "b", "limits": []any{map[string]any{"limit": 1, "duration": "1m"}, map[string]any{"limit": 2, "duration": "1m"}},
+			"costExtraction": map[string]any{"source": "metadata"}},
+	}, "onRateLimitExceeded": map[string]any{"body": "not json"}},
+		Want: []string{
+			"quotas.0.limits.0.duration: duration 1.5s: a window must be a whole number of seconds",
+			"quotas.0.keyExtraction.0.key: header components need a key",
+			"quotas.0.keyExtraction.1.value: constant components need a value",
+			"quotas.0.keyExtraction.2.key: metadata components need a key",
+			"quotas.1.limits.1.duration: duration 1m0s is listed twice",
+			"quotas.1.costExtraction.key: source metadata needs a key",
+			"onRateLimitExceeded.body: body must be valid JSON",
+		}},
+}
+
+func TestValidation(t *testing.T) {
+	ratelimittest.New(t, advancedratelimit.Definition()).CheckValidation(advancedratelimit.Definition(), route, refused)
+}
+
+// TestBuildChecksParams: build computes the quotas with the same function
+// as Validate, so params that skipped Validate are refused with its errors,
+// multipliers that JSON cannot carry (NaN, infinities) included.
+func TestBuildChecksParams(t *testing.T) {
+	h := ratelimittest.New(t, advancedratelimit.Definition())
+	h.CheckBuild(advancedratelimit.Definition(), route, refused, map[string]any{"quotas": []any{quota("q", 1, "1m", nil)}})
+	p := &advancedratelimit.Params{Quotas: []advancedratelimit.Quota{{Name: "q",
+		Limits:         []advancedratelimit.QuotaLimit{{Limit: 1, Duration: policies.Duration(time.Minute)}},
+		CostExtraction: &advancedratelimit.CostExtraction{Source: "response", PromptMultiplier: math.NaN(), Multiplier: math.Inf(1)}}}}
+	want := []string{"quotas.0.costExtraction.promptMultiplier: must be a finite number", "quotas.0.costExtraction.multiplier: must be a finite number"}
+	if got := h.BuildErrors(advancedratelimit.Definition(), route, p); !slices.Equal(got, want) {
+		t.Errorf("NaN and infinite multipliers: build errors %q, want %q", got, want)
+	}
+	if err := p.Validate(); err == nil || err.Error() != strings.Join(want, "; ") {
+		t.Errorf("NaN and infinite multipliers: Validate %v, want %q", err, want)
 	}
 }

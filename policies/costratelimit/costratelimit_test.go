@@ -2,8 +2,10 @@ package costratelimit_test
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"sluice/policies"
 	"sluice/policies/costratelimit"
 	"sluice/policies/llmcost"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
 	"sluice/pricing"
 	"sluice/sharedctx"
@@ -41,7 +44,7 @@ func TestSettleWithRealCost(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		o    policies.Outcome
+		o    policytest.End
 		// final is the expected charge given the estimate and the price of
 		// the outcome's usage.
 		final func(est, price int64) int64
@@ -50,11 +53,11 @@ func TestSettleWithRealCost(t *testing.T) {
 		{"completed without usage: estimate", ratelimittest.Completed(nil), func(est, _ int64) int64 { return est }},
 		{"partial stream below the estimate: estimate", ratelimittest.Completed(partial(300)), func(est, _ int64) int64 { return est }},
 		{"partial stream above the estimate: its cost", ratelimittest.Completed(partial(3000)), func(_, price int64) int64 { return price }},
-		{"upstream failure: estimate", policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}, func(est, _ int64) int64 { return est }},
-		{"cancelled: estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, func(est, _ int64) int64 { return est }},
-		{"cancelled after the usage report: real cost", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: usage}, func(_, price int64) int64 { return price }},
-		{"cancelled with counted output above the estimate: its price", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 2500)}, func(_, price int64) int64 { return price }},
-		{"cancelled with counted output below the estimate: estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 20)}, func(est, _ int64) int64 { return est }},
+		{"upstream failure: estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}, func(est, _ int64) int64 { return est }},
+		{"cancelled: estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}}, func(est, _ int64) int64 { return est }},
+		{"cancelled after the usage report: real cost", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: usage}, func(_, price int64) int64 { return price }},
+		{"cancelled with counted output above the estimate: its price", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 2500)}, func(_, price int64) int64 { return price }},
+		{"cancelled with counted output below the estimate: estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 20)}, func(est, _ int64) int64 { return est }},
 		{"stream without usage: the price of the counted output", ratelimittest.Completed(ratelimittest.Counted(8, 4000)), func(_, price int64) int64 { return price }},
 	}
 	for _, tc := range cases {
@@ -81,6 +84,28 @@ func TestSettleWithRealCost(t *testing.T) {
 				t.Fatalf("charged %d µUSD, want %d (estimate %d, price of the usage %d)", got, want, est, price)
 			}
 		})
+	}
+}
+
+// TestSettlesExactMicros: the budget is charged exactly the micro-USD
+// llm-cost priced, also where a round trip through float64 USD is off by one
+// (32.000002 USD: 32000002 µUSD came back as 32000003).
+func TestSettlesExactMicros(t *testing.T) {
+	for _, prompt := range []int64{1, 7_500, 32_000_002, 987_654_321} {
+		h := newHarness(t)
+		ch := h.Chain(route,
+			ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(10_000, "1d")}),
+			// 1 USD per million tokens: 1 µUSD per token.
+			ratelimittest.Entry(llmcost.Name, map[string]any{"defaultPrice": map[string]any{"input": 1, "output": 1}}))
+		call := h.Call(route, ratelimittest.Req{Model: "acme-unlisted"})
+		if gerr, _ := h.Do(ch, call, ratelimittest.Completed(ratelimittest.Usage(prompt, 0, 1))); gerr != nil {
+			t.Fatal(gerr)
+		}
+		cost, _ := call.Shared.CostMicroUSD()
+		got := 10_000_000_000 - h.Remaining("{r}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(10_000_000_000))
+		if cost != prompt || got != prompt {
+			t.Errorf("%d tokens at 1 µUSD: x-llm-cost %d µUSD, budget charged %d; want %d", prompt, cost, got, prompt)
+		}
 	}
 }
 
@@ -267,6 +292,58 @@ func xcostWriter() policies.Definition {
 type nopPolicy struct{}
 
 func (nopPolicy) OnRequest(*policies.Call) *gwerror.Error { return nil }
+
+// refused are params the policy refuses, with its errors in its order.
+var refused = []ratelimittest.Refused{
+	{Name: "window of a fraction of a second", Params: map[string]any{"budgetLimits": budget(1, "1500ms")},
+		Want: []string{"budgetLimits.0.duration: duration 1.5s: a window must be a whole number of seconds"}},
+	{Name: "duration twice", Params: map[string]any{"budgetLimits": append(budget(1, "1d"), budget(2, "1d")...)},
+		Want: []string{"budgetLimits.1.duration: duration 24h0m0s is listed twice"}},
+	{Name: "overrides of a route budget", Params: map[string]any{"budgetLimits": budget(1, "1d"),
+		"overrides": []any{map[string]any{"applications": []any{"x"}, "budgetLimits": budget(5, "1d")}}},
+		Want: []string{"overrides: overrides are per application: they need consumerBased: true"}},
+	{Name: "overrides", Params: map[string]any{"budgetLimits": budget(1, "1d"), "algorithm": "token-bucket", "consumerBased": true, "overrides": []any{
+		map[string]any{"applications": []any{"x", "x"}, "budgetLimits": append(budget(5, "1h"), budget(6, "1h")...)},
+		map[string]any{"applications": []any{"x"}, "budgetLimits": budget(5, "1ms")},
+	}},
+		Want: []string{
+			"overrides.0.budgetLimits.1.duration: duration 1h0m0s is listed twice",
+			`overrides.0.applications.1: application "x" is empty or listed in two overrides`,
+			`overrides.1.applications.0: application "x" is empty or listed in two overrides`,
+		}},
+	{Name: "amount below a micro-USD", Params: map[string]any{"budgetLimits": budget(0.0000001, "1d")}, Schema: true,
+		Want: []string{"budgetLimits.0.amount: minimum: got 1×10⁻⁰⁷, want 1×10⁻⁰⁶"}},
+}
+
+func TestValidation(t *testing.T) {
+	newHarness(t).CheckValidation(costratelimit.Definition(), route, refused)
+}
+
+// TestBuildChecksParams: build computes the budgets with the same function
+// as Validate, so params that skipped Validate are refused with its errors,
+// amounts that JSON cannot carry (NaN, infinities) and that the schema
+// refuses included.
+func TestBuildChecksParams(t *testing.T) {
+	h := newHarness(t)
+	h.CheckBuild(costratelimit.Definition(), route, refused, map[string]any{"budgetLimits": budget(1, "1d")})
+	day := policies.Duration(24 * time.Hour)
+	for _, tc := range []struct {
+		amount float64
+		want   string
+	}{
+		{math.NaN(), "budgetLimits.0.amount: amount must be a finite number of USD"},
+		{math.Inf(1), "budgetLimits.0.amount: amount must be a finite number of USD"},
+		{0.0000004, "budgetLimits.0.amount: amount must be at least 0.000001 USD"},
+	} {
+		p := &costratelimit.Params{BudgetLimits: []costratelimit.BudgetLimit{{Amount: tc.amount, Duration: day}}}
+		if got := h.BuildErrors(costratelimit.Definition(), route, p); !slices.Equal(got, []string{tc.want}) {
+			t.Errorf("amount %v: build errors %q, want %q", tc.amount, got, tc.want)
+		}
+		if err := p.Validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("amount %v: Validate %v, want %q", tc.amount, err, tc.want)
+		}
+	}
+}
 
 // TestApplicationRefs: every overridden application is reported with its
 // param path, for the deployment check of undefined application ids.

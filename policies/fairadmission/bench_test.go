@@ -17,8 +17,9 @@ func fastPath(tb testing.TB) (policies.Policy, policies.Finalizer, *policies.Cal
 	p := ch.Entries()[0].Policy
 	call := e.Call(route, ratelimittest.Req{App: "a", MaxTokens: 256})
 	policies.PromptTokens(call, e.Svc.Tokens)
-	o := ratelimittest.Completed(ratelimittest.Usage(10, 20, 1))
-	return p, p.(policies.Finalizer), call, &o
+	end := ratelimittest.Completed(ratelimittest.Usage(10, 20, 1))
+	call.Shared.SetUsage(end.Usage)
+	return p, p.(policies.Finalizer), call, &end.Outcome
 }
 
 // BenchmarkFastPath is one request below capacity through the policy:

@@ -254,8 +254,9 @@ func (p *Policy) OnStreamEvent(c *policies.Call, _ *sse.Event) {
 
 // OnFinal ends the hold; the gateway delivers the outcome only once the
 // upstream request has ended (its body closed), so the capacity frees when
-// the provider's does. The counter settles with the outcome's usage (a
-// figure it lacks keeps the estimate, or the output reported so far); a
+// the provider's does. The counter settles with the request's usage
+// (Shared.Usage; a figure it lacks keeps the estimate, or the output
+// reported so far); a
 // request that never went upstream is refunded entirely.
 func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) {
 	h, _ := c.Shared.Metadata[p.slot].(*hold)
@@ -263,11 +264,11 @@ func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) {
 		return
 	}
 	delete(c.Shared.Metadata, p.slot)
-	switch {
+	switch u := c.Shared.Usage(); {
 	case o.Kind == policies.Rejected || !o.WentUpstream:
 		h.grant.Done(0, 0)
-	case o.Usage != nil:
-		h.grant.Done(o.Usage.PromptTokens, o.Usage.CompletionTokens)
+	case u != nil:
+		h.grant.Done(u.PromptTokens, u.CompletionTokens)
 	default:
 		h.grant.Done(-1, -1)
 	}

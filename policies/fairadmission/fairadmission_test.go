@@ -13,6 +13,7 @@ import (
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/fairadmission"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
 	"sluice/policies/tokenratelimit"
 	"sluice/sse"
@@ -127,7 +128,7 @@ func TestFastPath(t *testing.T) {
 		t.Fatalf("a request that did not wait carries %s: %s", fairadmission.HeaderQueueMs, v)
 	}
 	run.MarkUpstream()
-	run.Finish(ratelimittest.Completed(ratelimittest.Usage(30, 40, 1)))
+	policytest.Finish(run, ratelimittest.Completed(ratelimittest.Usage(30, 40, 1)))
 	if ts := e.stats(); ts.InFlight != 0 || ts.TokensInFlight != 0 {
 		t.Fatalf("after the final: %+v", ts)
 	}
@@ -185,7 +186,7 @@ func TestQueueing(t *testing.T) {
 	e.waitQueued(1)
 	time.Sleep(5 * time.Millisecond) // so that the wait is at least a millisecond
 	first.MarkUpstream()
-	first.Finish(ratelimittest.Completed(ratelimittest.Usage(5, 5, 1)))
+	policytest.Finish(first, ratelimittest.Completed(ratelimittest.Usage(5, 5, 1)))
 	if gerr := second.result(t); gerr != nil {
 		t.Fatal(gerr)
 	}
@@ -193,7 +194,7 @@ func TestQueueing(t *testing.T) {
 		t.Fatalf("%s = %q after waiting", fairadmission.HeaderQueueMs, v)
 	}
 	second.run.MarkUpstream()
-	second.run.Finish(ratelimittest.Completed(nil))
+	policytest.Finish(second.run, ratelimittest.Completed(nil))
 	if ts := e.stats(); ts.InFlight != 0 || ts.Queued != 0 {
 		t.Fatalf("%+v", ts)
 	}
@@ -216,7 +217,7 @@ func TestRefusals(t *testing.T) {
 		r := hold(e, ch, "warm")
 		time.Sleep(20 * time.Millisecond)
 		r.MarkUpstream()
-		r.Finish(ratelimittest.Completed(nil))
+		policytest.Finish(r, ratelimittest.Completed(nil))
 	}
 	for _, tc := range []struct {
 		name        string
@@ -359,7 +360,8 @@ func TestStreamProgress(t *testing.T) {
 		}
 	}
 	prompt := policies.PromptTokens(call, e.Svc.Tokens)
-	run.Finish(policies.Outcome{Kind: policies.Cancelled, Usage: &llmapi.Usage{PromptTokens: prompt, CompletionTokens: 25, Counted: true}})
+	policytest.Finish(run, policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled},
+		Usage: &llmapi.Usage{PromptTokens: prompt, CompletionTokens: 25, Counted: true}})
 	if got := e.flow("a").Service; got != float64(prompt)+50 {
 		t.Fatalf("settled service %v; want %v", got, float64(prompt)+50)
 	}
@@ -371,7 +373,7 @@ func TestStreamProgress(t *testing.T) {
 func TestFinalRefunds(t *testing.T) {
 	e := newEnv(t, capacity(admission.Capacity{MaxConcurrent: 4}))
 	ch := e.Chain(route, ratelimittest.Entry(fairadmission.Name, nil), ratelimittest.Entry(ratelimittest.RejectName, nil))
-	if gerr, _ := e.Do(ch, e.Call(route, ratelimittest.Req{App: "a"}), policies.Outcome{}); gerr == nil {
+	if gerr, _ := e.Do(ch, e.Call(route, ratelimittest.Req{App: "a"}), policytest.End{}); gerr == nil {
 		t.Fatal("not rejected")
 	}
 	if ts, f := e.stats(), e.flow("a"); ts.InFlight != 0 || f.Service != 0 {
@@ -379,7 +381,7 @@ func TestFinalRefunds(t *testing.T) {
 	}
 	ch = e.chain(nil)
 	call := e.Call(route, ratelimittest.Req{App: "b"})
-	e.Do(ch, call, policies.Outcome{Kind: policies.UpstreamFailed, Status: 502})
+	e.Do(ch, call, policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, Status: 502}})
 	if got, want := e.flow("b").Service, float64(policies.PromptTokens(call, e.Svc.Tokens)); got != want {
 		t.Fatalf("upstream failure without usage: service %v; want the input estimate %v", got, want)
 	}

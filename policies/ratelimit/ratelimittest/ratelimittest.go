@@ -5,8 +5,11 @@ package ratelimittest
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,8 +23,8 @@ import (
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
+	"sluice/policies/policytest"
 	"sluice/pricing"
-	"sluice/sharedctx"
 	"sluice/tokencount"
 )
 
@@ -86,10 +89,108 @@ func (h *Harness) Chain(route string, specs ...policies.EntrySpec) *policies.Cha
 	return ch
 }
 
-// BuildChain builds a chain on route, with x-llm-usage provided by the gateway.
+// BuildChain builds a chain on route, with what the gateway provides
+// (policies.GatewayProvided).
 func (h *Harness) BuildChain(route string, specs ...policies.EntrySpec) (*policies.Chain, error) {
 	return h.Registry.BuildChain(policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, specs, h.Svc,
-		[]policies.MetaKey{{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse}})
+		policies.GatewayProvided)
+}
+
+// Refused is params a policy refuses, with its errors in its order.
+type Refused struct {
+	Name   string
+	Params map[string]any
+	// Schema: the errors are the schema's, found before Validate runs.
+	// Otherwise they are the policy's own, which its build reports too.
+	Schema bool
+	Want   []string
+}
+
+// CheckValidation checks that a chain of def's policy on route, decoded as
+// the gateway decodes it (schema, then Validate), refuses each case with
+// exactly its Want.
+func (h *Harness) CheckValidation(def policies.Definition, route string, cases []Refused) {
+	h.T.Helper()
+	for _, tc := range cases {
+		if got := h.ParamErrors(route, Entry(def.Name, tc.Params)); !slices.Equal(got, tc.Want) {
+			h.T.Errorf("%s: errors %q, want %q", tc.Name, got, tc.Want)
+		}
+	}
+}
+
+// CheckBuild checks that def.Build, handed each case's params directly
+// (BuildErrors), refuses the policy's own cases with exactly their Want, as
+// Validate does, and builds valid.
+func (h *Harness) CheckBuild(def policies.Definition, route string, cases []Refused, valid map[string]any) {
+	h.T.Helper()
+	for _, tc := range cases {
+		if tc.Schema {
+			continue
+		}
+		if got := h.BuildErrors(def, route, tc.Params); !slices.Equal(got, tc.Want) {
+			h.T.Errorf("%s: build errors %q, want %q", tc.Name, got, tc.Want)
+		}
+	}
+	if got := h.BuildErrors(def, route, valid); got != nil {
+		h.T.Errorf("valid params %v: build errors %q", valid, got)
+	}
+}
+
+// ParamErrors builds a chain of specs on route and returns the params
+// errors of the entry that failed, each "path: message" (ParamError.Error),
+// in the policy's order; nil when the chain builds. Any other error fails
+// the test.
+func (h *Harness) ParamErrors(route string, specs ...policies.EntrySpec) []string {
+	h.T.Helper()
+	_, err := h.BuildChain(route, specs...)
+	if err == nil {
+		return nil
+	}
+	var ee *policies.EntryError
+	if !errors.As(err, &ee) || len(ee.Params) == 0 {
+		h.T.Fatalf("BuildChain: %v, want params errors", err)
+	}
+	return messages(ee.Params)
+}
+
+// BuildErrors builds params with def.Build, skipping the schema and
+// Validate: the params errors of a build that relies on no earlier check,
+// as ParamErrors lists them ("path: message"); nil when it builds. params
+// is def's params struct (a pointer), or a map[string]any decoded into one
+// with encoding/json. Any other error fails the test.
+func (h *Harness) BuildErrors(def policies.Definition, route string, params any) []string {
+	h.T.Helper()
+	p := params
+	if m, ok := params.(map[string]any); ok {
+		js, err := json.Marshal(m)
+		if err != nil {
+			h.T.Fatal(err)
+		}
+		p = def.NewParams()
+		if err := json.Unmarshal(js, p); err != nil {
+			h.T.Fatal(err)
+		}
+	}
+	pol, err := def.Build(p, policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, h.Svc)
+	if err == nil {
+		if c, ok := pol.(policies.Closer); ok {
+			_ = c.Close()
+		}
+		return nil
+	}
+	var pe policies.ParamErrors
+	if !errors.As(err, &pe) {
+		h.T.Fatalf("%s build: %v, want params errors", def.Name, err)
+	}
+	return messages(pe)
+}
+
+func messages(pe policies.ParamErrors) []string {
+	out := make([]string, len(pe))
+	for i, e := range pe {
+		out[i] = e.Error()
+	}
+	return out
 }
 
 // Req describes a chat request.
@@ -123,37 +224,29 @@ func (h *Harness) Call(route string, r Req) *policies.Call {
 	if gerr != nil {
 		h.T.Fatalf("parse: %v", gerr)
 	}
-	sc := sharedctx.New("req-1", route, route, "openai")
-	sc.Model = r.Model
-	if r.App != "" {
-		sc.Metadata[sharedctx.KeyApplicationID] = r.App
-	}
-	return &policies.Call{Ctx: context.Background(), Shared: sc, ClientHeader: http.Header{},
-		Request: &policies.Request{Method: http.MethodPost, Path: "/v1/chat/completions", Header: http.Header{}, LLM: llm},
-		Started: h.Clock.Now()}
+	call := policytest.NewCall(policytest.Req{Route: route, App: r.App, LLM: llm})
+	call.Started = h.Clock.Now()
+	return call
 }
 
 // Do runs call through ch like the gateway: the request phase, then (when
-// admitted) one upstream attempt and the final outcome o. It returns the
-// rejection, if any, and the run.
-func (h *Harness) Do(ch *policies.Chain, call *policies.Call, o policies.Outcome) (*gwerror.Error, *policies.Run) {
+// admitted) one upstream attempt and the end e (its usage published, then
+// its outcome delivered). It returns the rejection, if any, and the run.
+func (h *Harness) Do(ch *policies.Chain, call *policies.Call, e policytest.End) (*gwerror.Error, *policies.Run) {
 	run := ch.Start(call)
 	if gerr := run.Request(); gerr != nil {
 		return gerr, run
 	}
-	if o.Kind != policies.Rejected && (o.Kind != policies.Failed || o.WentUpstream) {
+	if e.Kind != policies.Rejected && (e.Kind != policies.Failed || e.WentUpstream) {
 		run.MarkUpstream()
 	}
-	if o.Usage != nil {
-		call.Shared.Metadata[sharedctx.KeyLLMUsage] = o.Usage
-	}
-	run.Finish(o)
+	policytest.Finish(run, e)
 	return nil, run
 }
 
-// Completed is a Completed outcome with usage u.
-func Completed(u *llmapi.Usage) policies.Outcome {
-	return policies.Outcome{Kind: policies.Completed, Status: 200, WentUpstream: true, Usage: u}
+// Completed is a Completed end with usage u.
+func Completed(u *llmapi.Usage) policytest.End {
+	return policytest.End{Outcome: policies.Outcome{Kind: policies.Completed, Status: 200, WentUpstream: true}, Usage: u}
 }
 
 // Usage is complete authoritative usage for n choices.
