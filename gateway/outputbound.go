@@ -223,6 +223,34 @@ func (x *exchange) cutBody(body []byte, bound int64) ([]byte, bool) {
 			out, err = sjson.DeleteBytes(out, path)
 		}
 	}
+	// cutParts walks the parts of list (at path base, "content.") whose
+	// type is typ, counting their text against what the bound leaves after
+	// used; at the part that passes it, it cuts the text, removes the parts
+	// after it, accounts removed and kept, and reports true.
+	cutParts := func(base string, list []gjson.Result, typ string, used *int64) bool {
+		for j, part := range list {
+			if part.Get("type").Str != typ {
+				continue
+			}
+			text := part.Get("text").Str
+			n := count(text)
+			if *used+n <= bound {
+				*used += n
+				continue
+			}
+			p, k := prefix(text, bound-*used)
+			set(base+strconv.Itoa(j)+".text", p)
+			removed, kept = n-k, *used+k
+			for r := len(list) - 1; r > j; r-- {
+				if list[r].Get("type").Str == typ {
+					removed += count(list[r].Get("text").Str)
+				}
+				del(base + strconv.Itoa(r))
+			}
+			return true
+		}
+		return false
+	}
 	root := gjson.ParseBytes(body)
 	switch x.ep {
 	case llmapi.ChatCompletions, llmapi.Completions:
@@ -253,29 +281,9 @@ func (x *exchange) cutBody(body []byte, bound int64) ([]byte, bool) {
 		}
 	case llmapi.Messages:
 		used := int64(0)
-		blocks := root.Get("content").Array()
-		for j, blk := range blocks {
-			if blk.Get("type").Str != "text" {
-				continue
-			}
-			text := blk.Get("text").Str
-			n := count(text)
-			if used+n <= bound {
-				used += n
-				continue
-			}
-			p, k := prefix(text, bound-used)
-			set("content."+strconv.Itoa(j)+".text", p)
-			removed, kept = n-k, used+k
-			for r := len(blocks) - 1; r > j; r-- {
-				if blocks[r].Get("type").Str == "text" {
-					removed += count(blocks[r].Get("text").Str)
-				}
-				del("content." + strconv.Itoa(r))
-			}
+		if cutParts("content.", root.Get("content").Array(), "text", &used) {
 			set("stop_reason", "max_tokens")
 			cut = true
-			break
 		}
 		if cut && root.Get("usage").IsObject() {
 			set("usage.output_tokens", max(root.Get("usage.output_tokens").Int()-removed, kept))
@@ -283,38 +291,16 @@ func (x *exchange) cutBody(body []byte, bound int64) ([]byte, bool) {
 	case llmapi.Responses:
 		used := int64(0)
 		items := root.Get("output").Array()
-	outer:
 		for i, item := range items {
-			if item.Get("type").Str != "message" {
+			if item.Get("type").Str != "message" ||
+				!cutParts("output."+strconv.Itoa(i)+".content.", item.Get("content").Array(), "output_text", &used) {
 				continue
 			}
-			parts := item.Get("content").Array()
-			for j, part := range parts {
-				if part.Get("type").Str != "output_text" {
-					continue
-				}
-				text := part.Get("text").Str
-				n := count(text)
-				if used+n <= bound {
-					used += n
-					continue
-				}
-				p, k := prefix(text, bound-used)
-				base := "output." + strconv.Itoa(i) + ".content."
-				set(base+strconv.Itoa(j)+".text", p)
-				removed, kept = n-k, used+k
-				for r := len(parts) - 1; r > j; r-- {
-					if parts[r].Get("type").Str == "output_text" {
-						removed += count(parts[r].Get("text").Str)
-					}
-					del(base + strconv.Itoa(r))
-				}
-				for r := len(items) - 1; r > i; r-- {
-					del("output." + strconv.Itoa(r))
-				}
-				cut = true
-				break outer
+			for r := len(items) - 1; r > i; r-- {
+				del("output." + strconv.Itoa(r))
 			}
+			cut = true
+			break
 		}
 		if cut {
 			set("status", "incomplete")
