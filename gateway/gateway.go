@@ -376,9 +376,11 @@ func (g *Gateway) ShutdownGrace() time.Duration {
 // Ready reports whether a configuration is loaded.
 func (g *Gateway) Ready() bool { return g.snap.Load() != nil }
 
-// Apply builds a snapshot from d (providers, key index, chains) and swaps it in
-// atomically. d must have passed deployment.Validate (yamlfile validates what
-// it reads): the gateway does not check again what Validate checks. Apply
+// Apply builds a snapshot from d (providers, key index, chains, the
+// fair-admission configuration), configures the scheduler
+// (Services.Admission) with it and swaps it in atomically. d must have
+// passed deployment.Validate (yamlfile validates what it reads): the
+// gateway does not check again what Validate checks. Apply
 // fills d's empty fields with the document's defaults
 // (deployment.ApplyDefaults: nothing to do for what yamlfile read). On error
 // the current snapshot stays in place. Requests in flight finish on the
@@ -392,6 +394,17 @@ func (g *Gateway) Apply(d *deployment.Deployment) error {
 		return errors.New("gateway: shut down")
 	}
 	s, err := g.buildSnapshot(d)
+	if err == nil && g.opts.Services.Admission != nil {
+		// Before the swap: the new chains admit against the new capacities
+		// from their first request. Queues and counters are kept. The
+		// configuration was validated with the snapshot, so this cannot
+		// fail; if it did, the snapshot never serves.
+		if err = g.opts.Services.Admission.Configure(s.admission); err != nil {
+			for _, rt := range s.routes {
+				_ = rt.chain.Close()
+			}
+		}
+	}
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()
 		return err
