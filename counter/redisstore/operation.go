@@ -29,6 +29,10 @@ const (
 	// adjust that may start the current window.
 	kindCharge      byte = 7
 	kindGroupCharge byte = 8
+	// A lease reserve and a lease release, over a group (see
+	// lua/lease.lua).
+	kindLease   byte = 9
+	kindRelease byte = 10
 )
 
 // prepare fills sc for one operation of luaBatch: kind is kindReserve,
@@ -119,16 +123,79 @@ func packReserve(b []byte, kind byte, debits []counter.Debit, prefix string) []b
 	b, h := appendHeader(b, kind, len(debits))
 	group := kind == kindGroupReserve || kind == kindGroupPeek
 	for i := range debits {
-		d := &debits[i]
-		b = appendLimit(b, d)
-		b = appendF64(b, float64(d.Amount))
 		if group {
-			b = appendF64(b, counterID(d.Key))
-			b = binary.LittleEndian.AppendUint16(b, uint16(len(prefix)+len(d.Key)))
-			b = append(append(b, prefix...), d.Key...)
+			b = appendGroupDebit(b, &debits[i], prefix)
+		} else {
+			b = appendLimit(b, &debits[i])
+			b = appendF64(b, float64(debits[i].Amount))
 		}
 	}
 	return endOp(b, h)
+}
+
+// appendGroupDebit appends a debit of a group reserve: alg, max,
+// period_us, amount, the counter's id and its prefixed key in the per-key
+// layout (16-bit length, bytes).
+func appendGroupDebit(b []byte, d *counter.Debit, prefix string) []byte {
+	b = appendLimit(b, d)
+	b = appendF64(b, float64(d.Amount))
+	b = appendF64(b, counterID(d.Key))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(prefix)+len(d.Key)))
+	return append(append(b, prefix...), d.Key...)
+}
+
+// prepareLease fills sc for a lease reserve (kindLease) of debits, which
+// share a group: the op-level ttl_ms, grace_ms, share and zone, then per
+// debit the group reserve's debit and its ask (see lua/lease.lua).
+func (s *Store) prepareLease(sc *scriptCall, debits []counter.Debit, asks []leaseAsk) error {
+	if _, err := s.keys(sc, debits); err != nil {
+		return err
+	}
+	b, h := appendHeader(sc.num[:0], kindLease, len(debits))
+	b = appendF64(b, float64(s.leases.o.TTL.Milliseconds()))
+	b = appendF64(b, float64(LeaseGrace.Milliseconds()))
+	b = appendF64(b, LeaseShare)
+	b = appendF64(b, LeaseZone)
+	for i := range debits {
+		b = appendGroupDebit(b, &debits[i], s.prefix)
+		a := &asks[i]
+		b = appendF64(b, float64(a.rid))
+		b = appendF64(b, float64(a.rw))
+		b = appendF64(b, float64(a.ru))
+		b = appendF64(b, float64(a.lid))
+		b = appendF64(b, float64(a.want))
+		b = appendF64(b, float64(a.mn))
+	}
+	sc.num = endOp(b, h)
+	sc.clock = s.clock()
+	return nil
+}
+
+// prepareRelease fills sc for a lease release (kindRelease) of rels, which
+// share a group: per lease its counter's alg, max, period_us and id, the
+// lease's id, window and usage.
+func (s *Store) prepareRelease(sc *scriptCall, rels []leaseRelease) error {
+	key := s.prefix + rels[0].group
+	sc.keyBuf = append(sc.keyBuf[:0], key)
+	sc.keys = sc.keyBuf
+	sc.slot = 0
+	if s.cluster {
+		sc.slot = Slot(key)
+	}
+	b, h := appendHeader(sc.num[:0], kindRelease, len(rels))
+	for i := range rels {
+		r := &rels[i]
+		b = appendF64(b, float64(r.limit.Algorithm))
+		b = appendF64(b, float64(r.limit.Max))
+		b = appendF64(b, float64(counter.Micros(r.limit.Period)))
+		b = appendF64(b, counterID(r.key))
+		b = appendF64(b, float64(r.id))
+		b = appendF64(b, float64(r.window))
+		b = appendF64(b, float64(r.used))
+	}
+	sc.num = endOp(b, h)
+	sc.clock = s.clock()
+	return nil
 }
 
 // packAdjust appends one adjust operation of luaBatch: its header, then per
