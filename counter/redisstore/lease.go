@@ -114,14 +114,14 @@ type leaseCounter struct {
 // (reservations plus settlement deltas; at most granted, below 0 when
 // refunds of earlier reservations came back to it).
 type lease struct {
-	id              uint64
-	limit           counter.Limit
-	window          int64 // the window start it was granted in (0: bucket)
-	granted, used   int64
-	at, deadline    int64 // local ns: when it was asked for, when it stops serving
-	windowEnd       int64 // local ns (windows)
-	remAt           int64 // what Redis had left after the grant, not counting it
-	lastUse         int64 // local ns
+	id            uint64
+	limit         counter.Limit
+	window        int64 // the window start it was granted in (0: bucket)
+	granted, used int64
+	at, deadline  int64 // local ns: when it was asked for, when it stops serving
+	windowEnd     int64 // local ns (windows)
+	remAt         int64 // what Redis had left after the grant, not counting it
+	lastUse       int64 // local ns
 }
 
 // leaseRelease is a lease to release in Redis: its counter and what its
