@@ -88,8 +88,9 @@ type leaseTable struct {
 	pendMu  sync.Mutex
 	pending []leaseRelease // releases that failed, for a retry
 
-	stop chan struct{}
-	done chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	stopped sync.Once
 }
 
 // leaseGroup holds one group's leases and rate meters.
@@ -422,7 +423,7 @@ func (s *Store) reserveLeased(ctx context.Context, debits []counter.Debit, res *
 			c.l = lease{
 				id: asks[i].lid, limit: d.Limit, window: res.Ticket.Window[i],
 				granted: grants[i], at: at, deadline: at + int64(t.o.TTL),
-				windowEnd: at + int64(res.ResetAfter[i]), remAt: res.Remaining[i],
+				windowEnd: at + int64(res.ResetAfter[i]), remAt: res.Remaining[i] - grants[i],
 				lastUse: at,
 			}
 			s.m.leases.Inc()
@@ -675,12 +676,14 @@ func (s *Store) sendRelease(ctx context.Context, rels []leaseRelease) {
 // release, when Redis is believed up, within copyTimeout.
 func (s *Store) closeLeases() {
 	t := s.leases
-	close(t.stop)
-	<-t.done
-	if s.skipping() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
-	defer cancel()
-	s.releaseLeases(ctx, true)
+	t.stopped.Do(func() {
+		close(t.stop)
+		<-t.done
+		if s.skipping() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
+		defer cancel()
+		s.releaseLeases(ctx, true)
+	})
 }

@@ -1,0 +1,170 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/counter"
+	"sluice/counter/countertest"
+	"sluice/internal/redistest"
+)
+
+// leaseStart is where the lease tests' fake clock starts: 30 s into a
+// minute, far from the edges of the windows they use.
+var leaseStart = time.Date(2025, time.March, 14, 12, 30, 30, 0, time.UTC)
+
+// leaseReplica is a store with leases on whose clock, and its scripts', is
+// clk, counting its commands; a second store without leases, on the same
+// prefix and clock, reads the shared counters (it never holds a lease).
+type leaseReplica struct {
+	*Store
+	cmds *cmdCounter
+	reg  *prometheus.Registry
+}
+
+func newLeaseReplica(t *testing.T, o Options, clk *countertest.Clock) *leaseReplica {
+	t.Helper()
+	cmds := newCmdCounter()
+	reg := prometheus.NewRegistry()
+	o.Now, o.Hooks, o.Metrics = clk.Now, append(o.Hooks, cmds), reg
+	o.Leases.Enabled = true
+	s := newTestStore(t, o)
+	s.clockSpec = func() string { return fixedClock(clk.Now()) }
+	return &leaseReplica{Store: s, cmds: cmds, reg: reg}
+}
+
+func newReader(t *testing.T, o Options, clk *countertest.Clock) *Store {
+	t.Helper()
+	o.Now, o.Leases = clk.Now, LeaseOptions{}
+	s := newTestStore(t, o)
+	s.clockSpec = func() string { return fixedClock(clk.Now()) }
+	return s
+}
+
+// kill stops s's reaper without releasing anything, as if its process had
+// died: its leases stay charged in Redis until they expire there.
+func kill(s *Store) {
+	s.leases.stopped.Do(func() {
+		close(s.leases.stop)
+		<-s.leases.done
+	})
+}
+
+// ops is the number of script operations s sent since the last call.
+func (r *leaseReplica) ops() int {
+	m, _ := r.cmds.take()
+	return m["evalsha"] + m["eval"]
+}
+
+func (r *leaseReplica) metric(name string) float64 {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				v += m.Counter.GetValue()
+			case m.Gauge != nil:
+				v += m.Gauge.GetValue()
+			}
+		}
+	}
+	return v
+}
+
+func reserveOK(t *testing.T, s counter.Store, ds []counter.Debit) counter.Result {
+	t.Helper()
+	var res counter.Result
+	if err := s.Reserve(context.Background(), ds, &res); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if !res.Allowed {
+		t.Fatalf("Reserve denied: %+v", res)
+	}
+	return res
+}
+
+// slowBucket does not measurably refill during a test.
+var slowBucket = bucket(1_000_000, 100_000*time.Hour)
+
+func leaseDebits(limits ...counter.Limit) []counter.Debit {
+	ds := make([]counter.Debit, len(limits))
+	for i, l := range limits {
+		ds[i] = counter.Debit{Key: "{lt}:p:" + string(rune('a'+i)), Group: "{lt}:p", Limit: l, Amount: 10}
+	}
+	return ds
+}
+
+// Far from the limit, a busy counter is served from leases: after the
+// local rate is known, reservations and settlements cost no round trip.
+// The shared counter counts the leased units as used until they are
+// released, and exactly what was used after.
+func TestLeaseServesFromMemory(t *testing.T) {
+	url := redistest.URL(t)
+	prefix := redistest.KeyPrefix(t)
+	clk := countertest.NewClock(leaseStart)
+	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	reader := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	ds := leaseDebits(slowBucket, window(1_000_000, time.Hour), month(1_000_000))
+	const n = 1000
+	for i := range n {
+		res := reserveOK(t, r, ds)
+		deltas := []int64{3, -2, 1}
+		if i%2 == 0 {
+			deltas = []int64{0, 0, 0}
+		}
+		if err := r.Adjust(context.Background(), ds, &res.Ticket, deltas); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	ops := r.ops()
+	t.Logf("%d reservations and settlements: %d script operations", n, ops)
+	if per := float64(ops) / n; per >= 0.05 {
+		t.Errorf("%.3f Redis operations per reservation, want < 0.05", per)
+	}
+	if got := r.metric("sluice_redis_store_reservations_total"); got != n {
+		t.Errorf("reservations_total %v, want %d", got, n)
+	}
+	if r.metric("sluice_redis_store_leases") != 3 {
+		t.Errorf("leases held %v, want 3", r.metric("sluice_redis_store_leases"))
+	}
+	// What each counter was charged: 10 per reservation plus its deltas
+	// (half of the reservations settled 3, -2 and 1 from the estimate).
+	want := []int64{n*10 + n/2*3, n*10 - n/2*2, n*10 + n/2*1}
+	p := leaseDebits(slowBucket, window(1_000_000, time.Hour), month(1_000_000))
+	for i := range p {
+		p[i].Amount = 0
+	}
+	rem := peekRemaining(t, reader, p)
+	for i := range rem {
+		if got := 1_000_000 - rem[i]; got < want[i] {
+			t.Errorf("counter %d: Redis counts %d used, want at least the %d charged", i, got, want[i])
+		}
+	}
+	// This replica's own peek adds back what its leases have left.
+	own := peekRemaining(t, r, p)
+	for i := range own {
+		if got := 1_000_000 - own[i]; got != want[i] {
+			t.Errorf("counter %d: the holder's peek shows %d used, want %d", i, got, want[i])
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rem = peekRemaining(t, reader, p)
+	for i := range rem {
+		if got := 1_000_000 - rem[i]; got != want[i] {
+			t.Errorf("counter %d after the leases were released: %d used, want exactly %d", i, got, want[i])
+		}
+	}
+}
