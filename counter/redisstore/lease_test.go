@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"sluice/counter"
 	"sluice/counter/countertest"
@@ -166,5 +167,107 @@ func TestLeaseServesFromMemory(t *testing.T) {
 		if got := 1_000_000 - rem[i]; got != want[i] {
 			t.Errorf("counter %d after the leases were released: %d used, want exactly %d", i, got, want[i])
 		}
+	}
+}
+
+// leaseSlots counts the lease slots (tag 6) in the group value at key.
+func leaseSlots(t *testing.T, url, key string) int {
+	t.Helper()
+	c := redis.NewClient(mustParse(t, url))
+	defer c.Close()
+	v, err := c.Get(context.Background(), key).Result()
+	if err == redis.Nil {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for p := groupHeader; p+groupSlotSize <= len(v); p += groupSlotSize {
+		if v[p+8] == 6 {
+			n++
+		}
+	}
+	return n
+}
+
+// heldLease returns the lease s holds for debit d's counter (id 0: none).
+func heldLease(s *Store, d counter.Debit) lease {
+	g := s.leases.loadGroup(d.Group)
+	if g == nil {
+		return lease{}
+	}
+	defer g.mu.Unlock()
+	if c := g.counters[d.Key]; c != nil {
+		return c.l
+	}
+	return lease{}
+}
+
+// warmLease reserves ds on r (all at one instant, so the local rate grows
+// fast) until it holds a lease of every debit with at least left units to
+// spare, and returns what it charged in Redis without a lease (units per
+// debit).
+func warmLease(t *testing.T, r *leaseReplica, ds []counter.Debit, left int64) {
+	t.Helper()
+	for range 1000 {
+		ok := true
+		for _, d := range ds {
+			l := heldLease(r.Store, d)
+			ok = ok && l.id != 0 && l.granted-l.used >= left
+		}
+		if ok {
+			return
+		}
+		reserveOK(t, r, ds)
+	}
+	t.Fatalf("no lease of %d units after 1000 reservations", left)
+}
+
+// The capacity leased to a replica that dies comes back when the lease
+// expires in Redis (TTL + LeaseGrace after it was asked for); what the dead
+// replica served from it is not counted.
+func TestLeaseExpiryReturnsCapacity(t *testing.T) {
+	url := redistest.URL(t)
+	prefix := redistest.KeyPrefix(t)
+	for _, lim := range []counter.Limit{slowBucket, window(1_000_000, time.Hour), month(1_000_000)} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			clk := countertest.NewClock(leaseStart)
+			r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
+			reader := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+			ds := leaseDebits(lim)
+			ds[0].Key += lim.Algorithm.String()
+			warmLease(t, r, ds, 100)
+			for range 5 {
+				reserveOK(t, r, ds)
+			}
+			l := heldLease(r.Store, ds[0])
+			kill(r.Store)
+			p := []counter.Debit{ds[0]}
+			p[0].Amount = 0
+			before := 1_000_000 - peekRemaining(t, reader, p)[0]
+			clk.Advance(DefaultLeaseTTL + LeaseGrace - time.Millisecond)
+			if got := 1_000_000 - peekRemaining(t, reader, p)[0]; got != before {
+				t.Fatalf("used %d before the lease expired, want still %d", got, before)
+			}
+			clk.Advance(time.Millisecond)
+			after := 1_000_000 - peekRemaining(t, reader, p)[0]
+			if after != before-l.granted {
+				t.Fatalf("used %d once the lease expired, want %d - the grant %d = %d", after, before, l.granted, before-l.granted)
+			}
+			// A write persists the expiry: the next reservation sees the
+			// same, and the lease's slot is gone.
+			if n := leaseSlots(t, url, prefix+ds[0].Group); n != 1 {
+				t.Fatalf("%d lease slots before a write, want 1", n)
+			}
+			res := reserveOK(t, reader, ds)
+			if got := 1_000_000 - res.Remaining[0]; got != after+10 {
+				t.Fatalf("used %d after a reservation, want %d", got, after+10)
+			}
+			if n := leaseSlots(t, url, prefix+ds[0].Group); n != 0 {
+				t.Fatalf("%d lease slots after a write, want 0", n)
+			}
+			t.Logf("lease of %d units (%d used) expired: the counter went from %d to %d used", l.granted, l.used, before, after)
+		})
 	}
 }
