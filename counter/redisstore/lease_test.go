@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -268,6 +269,160 @@ func TestLeaseExpiryReturnsCapacity(t *testing.T) {
 				t.Fatalf("%d lease slots after a write, want 0", n)
 			}
 			t.Logf("lease of %d units (%d used) expired: the counter went from %d to %d used", l.granted, l.used, before, after)
+		})
+	}
+}
+
+// A window rollover ends a lease: a lease never outlives its window (none
+// is granted less than a TTL before the window ends), the next window is
+// charged exactly, and a settlement of a reservation made under the old
+// window's lease lands on that window, which has ended: a no-op, whether
+// or not a lease of the new window is held.
+func TestLeaseWindowRollover(t *testing.T) {
+	url := redistest.URL(t)
+	prefix := redistest.KeyPrefix(t)
+	clk := countertest.NewClock(leaseStart) // 12:30:30
+	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	reader := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	ds := leaseDebits(window(1_000_000, time.Minute))
+	p := []counter.Debit{ds[0]}
+	p[0].Amount = 0
+	warmLease(t, r, ds, 100)
+	old := reserveOK(t, r, ds)
+	if old.Ticket.Origin != OriginLease {
+		t.Fatalf("origin %d, want a lease", old.Ticket.Origin)
+	}
+	if l := heldLease(r.Store, ds[0]); l.deadline > time.Date(2025, time.March, 14, 12, 31, 0, 0, time.UTC).UnixNano() {
+		t.Fatalf("lease deadline %v after its window's end", time.Unix(0, l.deadline).UTC())
+	}
+
+	clk.Set(time.Date(2025, time.March, 14, 12, 31, 10, 0, time.UTC))
+	r.ops()
+	res := reserveOK(t, r, ds)
+	if res.Ticket.Origin != OriginRedis || r.ops() != 1 {
+		t.Fatalf("first reservation of the next window: origin %d, want one operation on Redis", res.Ticket.Origin)
+	}
+	if used := 1_000_000 - peekRemaining(t, reader, p)[0]; used != 10 {
+		t.Fatalf("the next window has %d used, want 10", used)
+	}
+	if err := r.Adjust(context.Background(), ds, &old.Ticket, []int64{500}); err != nil {
+		t.Fatal(err)
+	}
+	if used := 1_000_000 - peekRemaining(t, reader, p)[0]; used != 10 {
+		t.Fatalf("after settling an old window's reservation the next window has %d used, want 10", used)
+	}
+	// With a lease of the new window held, the old window's settlement is
+	// known to be a no-op: no round trip.
+	warmLease(t, r, ds, 100)
+	r.ops()
+	if err := r.Adjust(context.Background(), ds, &old.Ticket, []int64{500}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.ops(); n != 0 {
+		t.Fatalf("settling an ended window's reservation sent %d operations", n)
+	}
+
+	// Less than a TTL before the window ends, no lease is granted.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r = newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	clk.Set(time.Date(2025, time.March, 14, 12, 31, 58, 500_000_000, time.UTC))
+	for range 100 {
+		reserveOK(t, r, ds)
+	}
+	if l := heldLease(r.Store, ds[0]); l.id != 0 {
+		t.Fatalf("a lease of %d units granted 1.5 s before its window ends", l.granted)
+	}
+	if n := r.ops(); n != 100 {
+		t.Fatalf("%d operations for 100 reservations near the window's end, want 100", n)
+	}
+}
+
+// A limit edit ends a lease: the next reservation under the new limit goes
+// to Redis, releasing the lease granted under the old one, and the counter
+// stays exact.
+func TestLeaseLimitEdit(t *testing.T) {
+	url := redistest.URL(t)
+	prefix := redistest.KeyPrefix(t)
+	clk := countertest.NewClock(leaseStart)
+	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	reader := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	ds := leaseDebits(window(1_000_000, time.Hour))
+	warmLease(t, r, ds, 100)
+	first := heldLease(r.Store, ds[0])
+	edited := leaseDebits(window(2_000_000, time.Hour))
+	r.ops()
+	res := reserveOK(t, r, edited)
+	if res.Ticket.Origin != OriginRedis || r.ops() != 1 {
+		t.Fatalf("reservation under an edited limit: origin %d, want one operation on Redis", res.Ticket.Origin)
+	}
+	if l := heldLease(r.Store, ds[0]); l.id == first.id {
+		t.Fatal("the lease of the old limit is still held")
+	}
+	if got := r.metric("sluice_redis_store_lease_unused_units_total"); got < float64(first.granted-first.used) {
+		t.Fatalf("unused units %v, want at least the old lease's %d", got, first.granted-first.used)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := []counter.Debit{edited[0]}
+	p[0].Amount = 0
+	used := 2_000_000 - peekRemaining(t, reader, p)[0]
+	charged := 10 * int64(r.metric("sluice_redis_store_reservations_total"))
+	if used != charged {
+		t.Fatalf("counter used %d, want the %d charged", used, charged)
+	}
+}
+
+// During a Redis outage the leases already held keep serving within their
+// expiry, reservations and settlements, in both failure modes; after it the
+// rest follows the failure mode. What the leases served is released once
+// Redis answers again: here Redis restarts empty, so the counter holds
+// exactly that (plus, in mode open, the local reservation copied back).
+func TestLeaseOutage(t *testing.T) {
+	for _, mode := range []string{FailOpen, FailClosed} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			clk := countertest.NewClock(leaseStart)
+			o := Options{URL: srv.URL(), FailureMode: mode, DialTimeout: DefaultDialTimeout, ReadTimeout: DefaultReadTimeout, WriteTimeout: DefaultWriteTimeout}
+			r := newLeaseReplica(t, o, clk)
+			ds := leaseDebits(window(1_000_000, time.Hour))
+			warmLease(t, r, ds, 100)
+			held := heldLease(r.Store, ds[0])
+			srv.Stop()
+			for i := range 5 {
+				res := reserveOK(t, r, ds)
+				if res.Ticket.Origin != OriginLease {
+					t.Fatalf("reservation %d during the outage: origin %d, want a lease", i, res.Ticket.Origin)
+				}
+				if err := r.Adjust(context.Background(), ds, &res.Ticket, []int64{1}); err != nil {
+					t.Fatalf("settlement under a lease during the outage: %v", err)
+				}
+			}
+			clk.Advance(DefaultLeaseTTL)
+			var res counter.Result
+			err := r.Reserve(context.Background(), ds, &res)
+			local := int64(0)
+			switch mode {
+			case FailOpen:
+				if err != nil || !res.Allowed || res.Ticket.Origin != OriginLocal {
+					t.Fatalf("open, lease expired: err %v allowed %v origin %d, want the local fallback", err, res.Allowed, res.Ticket.Origin)
+				}
+				local = 10
+			case FailClosed:
+				if !errors.Is(err, counter.ErrUnavailable) {
+					t.Fatalf("closed, lease expired: err %v, want ErrUnavailable", err)
+				}
+			}
+			srv.Start()
+			reader := newReader(t, Options{URL: srv.URL(), KeyPrefix: r.prefix}, clk)
+			p := []counter.Debit{ds[0]}
+			p[0].Amount = 0
+			want := held.used + 5*(10+1) + local
+			eventually(t, 10*time.Second, "the lease's usage released to Redis", func() bool {
+				return 1_000_000-peekRemaining(t, reader, p)[0] == want
+			})
 		})
 	}
 }

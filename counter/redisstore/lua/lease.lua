@@ -42,7 +42,9 @@
 -- holder's earlier release ran and timed out), the counter gets u, an
 -- adjustment as in batch.lua: a bucket is refilled and then changed, at
 -- least 0; a window changes only while it holds the lease's window w (a
--- lease of an ended window is released into nothing).
+-- lease of an ended window is released into nothing), except that usage
+-- of the current window whose state Redis lost with the lease (a restart)
+-- starts it, as a charge copied back after an outage does.
 --
 -- Operations (the header is batch.lua's; KEYS: the group's key):
 --
@@ -77,10 +79,10 @@
 local lt = {}
 
 -- lrelease releases lease lid of a counter of algorithm alg (max m, period
--- p) whose state is sa, sb (nil: none), charged u in window w. It returns
--- the new state, whether the counter changed, and whether a lease slot was
--- dropped (either needs a write).
-local function lrelease(lid, u, w, alg, m, p, sa, sb)
+-- p, current window ws) whose state is sa, sb (nil: none), charged u in
+-- window w. It returns the new state, whether the counter changed, and
+-- whether a lease slot was dropped (either needs a write).
+local function lrelease(lid, u, w, alg, m, p, ws, sa, sb)
   local d, dropped = u, false
   local ls = gfind(lid)
   if ls > 0 and G[ls * 5 - 3] == 6 then
@@ -98,6 +100,11 @@ local function lrelease(lid, u, w, alg, m, p, sa, sb)
     local used = sb + d
     if used < 0 then used = 0 end
     return sa, used, true, dropped
+  elseif not dropped and d > 0 and w == ws then
+    -- The lease and its window's state are gone while the window is still
+    -- current: Redis lost them (a restart). The usage starts the window, as
+    -- a charge copied back after an outage does.
+    return w, d, true, dropped
   end
   return sa, sb, false, dropped
 end
@@ -135,7 +142,7 @@ local function lease_reserve(base, n, args, pos)
     local changed = false
     if rid ~= 0 then
       local dropped
-      sa, sb, changed, dropped = lrelease(rid, ru, rw, a, m, p, sa, sb)
+      sa, sb, changed, dropped = lrelease(rid, ru, rw, a, m, p, ws, sa, sb)
       save = save or dropped
     end
     local ca, cb = advance(a, m, p, sa, sb, now, ws)
@@ -232,8 +239,9 @@ local function lease_release(base, n, args, pos)
     a, m, p, id, lid, w, u, pos = unpack_state('<ddddddd', args, pos)
     local s = gfind(id)
     local sa, sb = gstate(s, a, m)
+    local ws, we = window_of(a, p)
     local chg, dropped
-    sa, sb, chg, dropped = lrelease(lid, u, w, a, m, p, sa, sb)
+    sa, sb, chg, dropped = lrelease(lid, u, w, a, m, p, ws, sa, sb)
     save = save or dropped
     if chg then
       local q = gslot(s, id)
@@ -241,8 +249,10 @@ local function lease_release(base, n, args, pos)
         G[q - 3], G[q - 2], G[q - 1], G[q] = 4, sa, sb, bucket_z(m, p, sa)
         local sl = floor(p / 1000)
         if sl > slack then slack = sl end
+      elseif sa == ws then
+        G[q - 3], G[q - 2], G[q - 1], G[q] = a, sa, sb, window_z(we)
       else
-        -- A window changes only in its own slot (sa was the stored window).
+        -- An ended window that still has its slot: only its usage changes.
         G[q - 1] = sb
       end
       changed = changed + 1
