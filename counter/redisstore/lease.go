@@ -111,9 +111,10 @@ type leaseCounter struct {
 }
 
 // lease is a grant this replica holds (id 0: none). granted units were
-// charged in Redis; used is what this replica charged to them since
-// (reservations plus settlement deltas; at most granted, below 0 when
-// refunds of earlier reservations came back to it).
+// counted in Redis (a window's as usage, a bucket's as held); used is what
+// this replica charged to them since (reservations plus settlement
+// deltas; at most granted, below 0 when refunds of earlier reservations
+// came back to it).
 type lease struct {
 	id            uint64
 	limit         counter.Limit
@@ -121,8 +122,12 @@ type lease struct {
 	granted, used int64
 	at, deadline  int64 // local ns: when it was asked for, when it stops serving
 	windowEnd     int64 // local ns (windows)
-	remAt         int64 // what Redis had left after the grant, not counting it
 	lastUse       int64 // local ns
+	// What Redis reported with the grant, for the figures of reservations
+	// served from the lease: what the counter had left without the grant
+	// (windows); what the bucket consumed and what the other leases held.
+	rem        int64
+	cons, hold float64
 }
 
 // leaseRelease is a lease to release in Redis: its counter and what its
@@ -261,22 +266,21 @@ func (l *lease) serves(d *counter.Debit, now int64) bool {
 }
 
 // fill writes l's view of its counter into res's debit i: what Redis had
-// left after the grant (for a bucket, plus its refill since) and what l
-// has left.
+// left when the lease was granted, less what the lease served since (for a
+// bucket, with the refill since of what it consumed then; units held by
+// leases do not refill).
 func (l *lease) fill(res *counter.Result, i int, now int64) {
-	left := l.granted - l.used
 	res.Ticket.Window[i] = l.window
 	lim := l.limit
 	if lim.Algorithm != counter.TokenBucket {
-		res.Remaining[i] = l.remAt + left
+		res.Remaining[i] = l.rem - l.used
 		res.ResetAfter[i] = time.Duration(max(0, l.windowEnd-now))
 		return
 	}
 	refill := float64(now-l.at) / float64(lim.Period) * float64(lim.Max)
-	consumed := math.Max(0, float64(lim.Max-l.remAt)-refill) - float64(left)
-	consumed = math.Max(0, consumed)
-	res.Remaining[i] = int64(math.Floor(float64(lim.Max) - consumed))
-	res.ResetAfter[i] = time.Duration(math.Ceil(consumed / float64(lim.Max) * float64(lim.Period)))
+	taken := math.Max(0, l.cons-refill) + l.hold + float64(l.used)
+	res.Remaining[i] = int64(math.Floor(float64(lim.Max) - taken))
+	res.ResetAfter[i] = time.Duration(math.Ceil(math.Max(0, taken) / float64(lim.Max) * float64(lim.Period)))
 }
 
 // release detaches l from its counter (g locked) and returns what Redis
@@ -408,7 +412,7 @@ func (s *Store) reserveLeased(ctx context.Context, debits []counter.Debit, res *
 		return false, nil
 	}
 	// unask ends the asks of this call, installing the grants (nil: none).
-	unask := func(grants []int64, at int64) {
+	unask := func(grants []leaseGrant, at int64) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		for i, c := range cs {
@@ -416,18 +420,18 @@ func (s *Store) reserveLeased(ctx context.Context, debits []counter.Debit, res *
 				continue
 			}
 			c.asking = false
-			if grants == nil || grants[i] <= 0 {
+			if grants == nil || grants[i].units <= 0 {
 				continue
 			}
-			d := &debits[i]
+			d, gr := &debits[i], &grants[i]
 			c.l = lease{
 				id: asks[i].lid, limit: d.Limit, window: res.Ticket.Window[i],
-				granted: grants[i], at: at, deadline: at + int64(t.o.TTL),
-				windowEnd: at + int64(res.ResetAfter[i]), remAt: res.Remaining[i] - grants[i],
-				lastUse: at,
+				granted: gr.units, at: at, deadline: at + int64(t.o.TTL),
+				windowEnd: at + int64(res.ResetAfter[i]), lastUse: at,
+				rem: res.Remaining[i], cons: gr.cons, hold: gr.hold,
 			}
 			s.m.leases.Inc()
-			s.m.leased.Add(float64(grants[i]))
+			s.m.leased.Add(float64(gr.units))
 		}
 	}
 	res.Reset(len(debits))
@@ -449,7 +453,7 @@ func (s *Store) reserveLeased(ctx context.Context, debits []counter.Debit, res *
 	s.co.do(ctx, sc)
 	err = sc.err
 	s.m.observe(opReserve, start)
-	var gbuf [maxLeaseDebits]int64
+	var gbuf [maxLeaseDebits]leaseGrant
 	grants := gbuf[:len(debits)]
 	if err == nil {
 		if reply, ok := sc.reply.(string); !ok || !fillLeaseResult(res, grants, reply) {
@@ -468,16 +472,25 @@ func (s *Store) reserveLeased(ctx context.Context, debits []counter.Debit, res *
 	return true, nil
 }
 
-// fillLeaseResult reads a lease reserve's reply (a reserve reply followed
-// by the units granted per debit) into res and grants.
-func fillLeaseResult(res *counter.Result, grants []int64, reply string) bool {
+// leaseGrant is what a lease reserve's reply says per debit: the units
+// granted and, for a bucket, what it consumed and what other leases held.
+type leaseGrant struct {
+	units      int64
+	cons, hold float64
+}
+
+// fillLeaseResult reads a lease reserve's reply (a reserve reply, then per
+// debit the units granted, what a bucket consumed and what its other
+// leases hold) into res and grants.
+func fillLeaseResult(res *counter.Result, grants []leaseGrant, reply string) bool {
 	n := len(grants)
 	head := 8 * (4 + 3*n)
-	if len(reply) != head+8*n || !fillResult(res, reply[:head]) {
+	if len(reply) != head+8*3*n || !fillResult(res, reply[:head]) {
 		return false
 	}
 	for i := range grants {
-		grants[i] = int64(f64At(reply, head/8+i))
+		o := head/8 + 3*i
+		grants[i] = leaseGrant{units: int64(f64At(reply, o)), cons: f64At(reply, o+1), hold: f64At(reply, o+2)}
 	}
 	return true
 }

@@ -171,7 +171,7 @@ func TestLeaseServesFromMemory(t *testing.T) {
 	}
 }
 
-// leaseSlots counts the lease slots (tag 6) in the group value at key.
+// leaseSlots counts the lease slots (tags 6 and 7) in the group value at key.
 func leaseSlots(t *testing.T, url, key string) int {
 	t.Helper()
 	c := redis.NewClient(mustParse(t, url))
@@ -185,7 +185,7 @@ func leaseSlots(t *testing.T, url, key string) int {
 	}
 	n := 0
 	for p := groupHeader; p+groupSlotSize <= len(v); p += groupSlotSize {
-		if v[p+8] == 6 {
+		if v[p+8] == 6 || v[p+8] == 7 {
 			n++
 		}
 	}
@@ -424,5 +424,48 @@ func TestLeaseOutage(t *testing.T) {
 				return 1_000_000-peekRemaining(t, reader, p)[0] == want
 			})
 		})
+	}
+}
+
+// A bucket's lease holds its units without letting them refill: a lease
+// held while the bucket refills, then used up, plus everything another
+// replica can take at that moment, is at most the bucket's capacity.
+// (Units charged when the lease was granted would have refilled while it
+// was held: the other replica would find the bucket full again on top of
+// what the lease still serves.)
+func TestLeaseBucketHoldDoesNotRefill(t *testing.T) {
+	url := redistest.URL(t)
+	prefix := redistest.KeyPrefix(t)
+	clk := countertest.NewClock(leaseStart)
+	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	other := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	const max = 10_000
+	ds := leaseDebits(bucket(max, 10*time.Second))
+	warmLease(t, r, ds, 100)
+	// Long enough for everything consumed so far to refill, not for the
+	// lease to end.
+	clk.Advance(DefaultLeaseTTL - 100*time.Millisecond)
+	p := []counter.Debit{ds[0]}
+	p[0].Amount = 0
+	free := peekRemaining(t, other, p)[0]
+	p[0].Amount = free
+	reserveOK(t, other, p)
+	served := int64(0)
+	for {
+		var res counter.Result
+		if err := r.Reserve(context.Background(), ds, &res); err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed || res.Ticket.Origin != OriginLease {
+			break
+		}
+		served += ds[0].Amount
+	}
+	t.Logf("the other replica took %d, the lease then served %d", free, served)
+	if served == 0 {
+		t.Fatal("the lease served nothing")
+	}
+	if free+served > max {
+		t.Fatalf("admitted %d + %d = %d at one instant, above the bucket's capacity %d", free, served, free+served, max)
 	}
 }

@@ -66,9 +66,10 @@
 -- fixed order and counters added to or removed from a policy leave the
 -- others alone. A write drops the slots whose z has passed (the same as
 -- absent) and deletes a group left with none; the key's TTL follows the
--- latest z as a bucket key's does. Slots of tag 6 are leases (lease.lua):
--- every operation over a group ends those that expired (gsweep) before it
--- reads a counter.
+-- latest z as a bucket key's does. Slots of tag 6 and 7 are leases
+-- (lease.lua): every operation over a group ends those that expired
+-- (gsweep) before it reads a counter, and a bucket counts the units its
+-- leases hold (H) beside what it consumed.
 
 local clock = ARGV[1]
 local mws, mwe    -- the current month, once computed
@@ -124,45 +125,49 @@ local function gfind(id)
   return 0
 end
 
--- gsweep ends the leases of G (slots of tag 6, see lease.lua) whose expiry
--- z (ms of the counter clock) has passed: each gives its outstanding units
--- (a) back to its counter (the counter id in b), and its slot is emptied
--- (z 0, dropped by the next gsave). The refund needs no limit: a bucket's
--- consumed amount minus a, at least 0, drains to the same state as the
--- refund after the drain would (a >= 0); a window is refunded only while it
--- still holds the lease's window, which started before z and ended at z or
--- later (a lease never outlives its window). An operation that writes no
--- value leaves the sweep unsaved; the next one repeats it from the same
--- stored value.
+-- H: per counter id, the units held by the live bucket leases of the group
+-- being operated on (slots of tag 7, see lease.lua), which a bucket's
+-- reservations count beside what it consumed; NOH (never written) when the
+-- group holds no lease.
+local NOH = {}
+local H = NOH
+
+-- gsweep ends the leases of G (slots of tag 6 and 7, see lease.lua) whose
+-- expiry z (ms of the counter clock) has passed, and sums the holds of the
+-- others in H. A window lease (6) gives its outstanding units (a) back to
+-- its counter (the counter id in b) while the counter still holds the
+-- lease's window, which started before z and ended at z or later (a lease
+-- never outlives its window); a bucket lease (7) was never charged, so it
+-- just ends. An ended lease's slot is emptied (z 0, dropped by the next
+-- gsave). An operation that writes no value leaves the sweep unsaved; the
+-- next one repeats it from the same stored value.
 local function gsweep()
   local now_ms = floor(now / 1000)
+  H = {}
   for q = 5, gn * 5, 5 do
-    if G[q - 3] == 6 and G[q] <= now_ms then
-      local c = gfind(G[q - 1]) * 5
-      if c > 0 then
-        local t, a = G[c - 3], G[q - 2]
-        if t == 4 then
-          a = G[c - 2] - a
-          if a < 0 then a = 0 end
-          G[c - 2] = a
-        elseif t == 1 then
-          G[c - 2] = G[c - 2] + a
-        elseif (t == 2 or t == 3) and G[c - 2] * 1000 < G[q] then
-          a = G[c - 1] - a
-          if a < 0 then a = 0 end
-          G[c - 1] = a
+    local t = G[q - 3]
+    if t == 6 or t == 7 then
+      if G[q] <= now_ms then
+        local c = gfind(G[q - 1]) * 5
+        if t == 6 and c > 0 and (G[c - 3] == 2 or G[c - 3] == 3) and G[c - 2] * 1000 < G[q] then
+          local used = G[c - 1] - G[q - 2]
+          if used < 0 then used = 0 end
+          G[c - 1] = used
         end
+        G[q] = 0
+      elseif t == 7 then
+        local id = G[q - 1]
+        H[id] = (H[id] or 0) + G[q - 2]
       end
-      G[q] = 0
     end
   end
 end
 
 -- gload decodes a group value (a GET/MGET reply) into G, ending the leases
--- that expired (gsweep; the caller has read the clock); false when there
--- is none (absent, or not a group value).
+-- that expired and summing the holds (gsweep; the caller has read the
+-- clock); false when there is none (absent, or not a group value).
 local function gload(raw)
-  gn, ge = 0, nil
+  gn, ge, H = 0, nil, NOH
   if not raw then return false end
   local len = #raw
   if byte(raw, 1) ~= 5 or (len - 9) % 33 ~= 0 then return false end
@@ -170,7 +175,7 @@ local function gload(raw)
   local k, leases = 0, false
   while p <= len do
     G[k + 1], G[k + 2], G[k + 3], G[k + 4], G[k + 5], p = unpack_state('<dBddd', raw, p)
-    if G[k + 2] == 6 then leases = true end
+    if G[k + 2] >= 6 then leases = true end
     k = k + 5
   end
   gn, ge = k / 5, e
@@ -257,7 +262,7 @@ local function gsave(gkey, slack)
     -- A lease's z is on the counter clock; on the Redis clock it is z + skew
     -- (the same in production).
     local zr = z
-    if G[q - 3] == 6 then zr = z + skew end
+    if G[q - 3] >= 6 then zr = z + skew end
     if zr > real_ms then
       if k < q - 5 then
         G[k + 1], G[k + 2], G[k + 3], G[k + 4], G[k + 5] = G[q - 4], G[q - 3], G[q - 2], G[q - 1], z
@@ -319,6 +324,8 @@ local function reserve(base, n, charge, args, pos, grouped)
   if grouped then
     gkey = KEYS[base + 1]
     present = gload(read(base, 1, gkey))
+  else
+    H = NOH
   end
   local denied, retry, never, slack = -1, 0, 0, 0
   for i = 1, n do
@@ -370,9 +377,11 @@ local function reserve(base, n, charge, args, pos, grouped)
     end
     local xa, xb
     if a == 1 then
-      if denied < 0 and m - ca < x then
+      -- A bucket's leases hold units beside what it consumed (H).
+      local h = H[ident] or 0
+      if denied < 0 and m - ca - h < x then
         denied = i - 1
-        if x > m then never = 1 else retry = ceil((ca + x - m) * p / m) end
+        if x > m then never = 1 else retry = ceil((ca + h + x - m) * p / m) end
       end
       xa, xb = ca + x, cb
     else
@@ -425,6 +434,7 @@ local function reserve(base, n, charge, args, pos, grouped)
     local r = 4 + (i - 1) * 3
     if ai == 1 then
       local full = 0
+      a = a + (H[st[o + 10]] or 0)
       if a > 0 then full = ceil(a * pi / mi) end
       out[r + 1], out[r + 2], out[r + 3] = floor(mi - a), full, 0
     else
