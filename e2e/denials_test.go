@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"sluice/counter"
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/policies/ratelimit"
 	"sluice/pricing"
@@ -130,7 +130,7 @@ func TestUnpricedModelsCannotEscapeABudget(t *testing.T) {
 			if resp.StatusCode != http.StatusBadRequest {
 				t.Fatalf("%s: status %d (%.200s), want 400", model, resp.StatusCode, body)
 			}
-			e := decodeEnvelope(t, body)
+			e := gwerrortest.MustOpenAI(t, body)
 			if e.Code != gwerror.CodeModelNotPriced || e.Type != gwerror.TypeInvalidRequest || e.Param == nil || *e.Param != "model" ||
 				!strings.Contains(e.Message, `"`+model+`"`) || !strings.Contains(e.Message, "pricing file") || !strings.Contains(e.Message, "defaultPrice") {
 				t.Errorf("%s: envelope %+v, want model_not_priced naming the model and the two fixes", model, e)
@@ -153,7 +153,7 @@ func TestUnpricedModelsCannotEscapeABudget(t *testing.T) {
 		req := chatReq{Model: "o3-pro-max", Text: "price me", MaxTokens: 1000}
 		resp, body := env.mustSend("/adv/v1/chat/completions", "app-a", req.body(), nil)
 		env.waitSettled()
-		if e := decodeEnvelope(t, body); resp.StatusCode != http.StatusBadRequest || e.Code != gwerror.CodeModelNotPriced || deniedBy(resp.Header) != "advanced-ratelimit" {
+		if e := gwerrortest.MustOpenAI(t, body); resp.StatusCode != http.StatusBadRequest || e.Code != gwerror.CodeModelNotPriced || deniedBy(resp.Header) != "advanced-ratelimit" {
 			t.Errorf("advanced quota, unpriced model: %d %.300s", resp.StatusCode, body)
 		}
 		if used := advDay.Max - env.remaining(key, advDay); used != 0 {
@@ -195,7 +195,7 @@ func TestUnpricedModelsCannotEscapeABudget(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("an estimate of $%s against a $0.01 budget: status %d %s", microsToUSD(file.EstimateMicros(P, 10000)), resp.StatusCode, body)
 		}
-		m := needsRE.FindStringSubmatch(decodeEnvelope(t, body).Message)
+		m := needsRE.FindStringSubmatch(gwerrortest.MustOpenAI(t, body).Message)
 		if m == nil {
 			t.Fatalf("no estimate in %s", body)
 		}
@@ -270,7 +270,7 @@ func TestSpentBudgetDenial(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("%s: %d %s", tc.ctx, resp.StatusCode, body)
 		}
-		e := decodeEnvelope(t, body)
+		e := gwerrortest.MustOpenAI(t, body)
 		h := resp.Header
 		checks := []struct {
 			what      string
@@ -403,7 +403,7 @@ func TestRateDenialRetryAdvice(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("%s: %d %s", tc.ctx, resp.StatusCode, body)
 		}
-		e := decodeEnvelope(t, body)
+		e := gwerrortest.MustOpenAI(t, body)
 		den := readRateHeaders(resp.Header)
 		secs := strconv.FormatInt(int64((tc.retryAfter+time.Second-1)/time.Second), 10)
 		checks := []struct {
@@ -437,7 +437,7 @@ func TestRateDenialRetryAdvice(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
-		e := decodeEnvelope(t, body)
+		e := gwerrortest.MustOpenAI(t, body)
 		if resp.Header.Get("x-should-retry") != "false" || resp.Header.Get("Retry-After") != "" || !strings.Contains(e.Message, "can never be admitted") ||
 			!strings.Contains(e.Message, "application app-a on route never") {
 			t.Fatalf("never-fits: x-should-retry %q, Retry-After %q, message %q", resp.Header.Get("x-should-retry"), resp.Header.Get("Retry-After"), e.Message)
@@ -454,7 +454,7 @@ func TestRateDenialRetryAdvice(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
-		e := decodeEnvelope(t, body)
+		e := gwerrortest.MustOpenAI(t, body)
 		if got := resp.Header.Get(gwerror.HeaderPolicy); got != "advanced-ratelimit; scope=per-team" ||
 			resp.Header.Get("x-should-retry") != "true" || !strings.Contains(e.Message, "quota per-team on route teams") {
 			t.Fatalf("X-Sluice-Policy %q, x-should-retry %q, message %q", got, resp.Header.Get("x-should-retry"), e.Message)
@@ -537,21 +537,11 @@ routes:
       - {name: api-key-auth, version: v1}
 `
 
-// anthropicError is Anthropic's error envelope.
-type anthropicError struct {
-	Type  string `json:"type"`
-	Error *struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-	RequestID string `json:"request_id"`
-}
-
-func decodeAnthropicError(t *testing.T, what string, resp *http.Response, body []byte, status int, typ string) anthropicError {
+func decodeAnthropicError(t *testing.T, what string, resp *http.Response, body []byte, status int, typ string) gwerrortest.Anthropic {
 	t.Helper()
-	var e anthropicError
-	if err := json.Unmarshal(body, &e); err != nil || e.Type != "error" || e.Error == nil {
-		t.Fatalf("%s: not Anthropic's error envelope (%d): %s", what, resp.StatusCode, body)
+	e, err := gwerrortest.DecodeAnthropic(body)
+	if err != nil {
+		t.Fatalf("%s: %v (%d)", what, err, resp.StatusCode)
 	}
 	if resp.StatusCode != status || e.Error.Type != typ || e.Error.Message == "" {
 		t.Fatalf("%s: %d %s, want %d %s", what, resp.StatusCode, body, status, typ)
@@ -643,14 +633,14 @@ func TestAnthropicRoutesSpeakAnthropic(t *testing.T) {
 	// The OpenAI-shaped endpoint of the anthropic route speaks OpenAI.
 	chat := chatReq{Model: "claude-haiku-4-5", Text: "hello", MaxTokens: 5}
 	resp, body = env.mustSend("/anthropic/v1/chat/completions", "", chat.body(), nil)
-	if oe := decodeEnvelope(t, body); resp.StatusCode != http.StatusUnauthorized || oe.Code != gwerror.CodeInvalidAPIKey || oe.Type != gwerror.TypeAuthentication {
+	if oe := gwerrortest.MustOpenAI(t, body); resp.StatusCode != http.StatusUnauthorized || oe.Code != gwerror.CodeInvalidAPIKey || oe.Type != gwerror.TypeAuthentication {
 		t.Errorf("chat/completions without key on the anthropic route: %d %s", resp.StatusCode, body)
 	}
 	resp, body = env.mustSend("/anthropic/v1/chat/completions", "app-a", chat.body(), nil)
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("chat/completions on the spent anthropic route: %d %s", resp.StatusCode, body)
 	}
-	if oe := decodeEnvelope(t, body); oe.Type != gwerror.TypeRateLimit || resp.Header.Get("x-ratelimit-limit-tokens") != "3000" ||
+	if oe := gwerrortest.MustOpenAI(t, body); oe.Type != gwerror.TypeRateLimit || resp.Header.Get("x-ratelimit-limit-tokens") != "3000" ||
 		resp.Header.Get("anthropic-ratelimit-tokens-limit") != "" {
 		t.Errorf("chat/completions 429 on the anthropic route: %s %v", body, resp.Header)
 	}

@@ -14,10 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/counter/memory"
-	"sluice/gateway"
-	"sluice/gateway/config"
-	"sluice/policies"
-	"sluice/policies/builtin"
+	"sluice/deployment/yamlfile"
+	"sluice/internal/app"
 	"sluice/tokencount"
 )
 
@@ -27,7 +25,7 @@ import (
 func metricsGateway(t *testing.T, doc string, separate bool) (base, metricsBase string) {
 	t.Helper()
 	env := startLimitsEnv(t, deploymentDoc(nil, ""), nil) // the mock upstream
-	d, err := config.ParseEnv([]byte(doc), t.Name()+" deployment", func(name string) (string, bool) {
+	d, err := yamlfile.ParseEnv([]byte(doc), t.Name()+" deployment", func(name string) (string, bool) {
 		if name == "MOCK_URL" {
 			return env.MockURL, true
 		}
@@ -41,17 +39,12 @@ func metricsGateway(t *testing.T, doc string, separate bool) (base, metricsBase 
 	}
 	st := memory.New(memory.Options{})
 	t.Cleanup(func() { _ = st.Close() })
-	gw, err := gateway.New(gateway.Options{
-		Registry:        builtin.Registry(),
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics:         prometheus.NewRegistry(),
-		Services:        policies.Services{Counters: st, Tokens: tokencount.New()},
+	gw, err := app.NewGateway(d, app.GatewayOptions{
+		Services: app.Services{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: prometheus.NewRegistry(),
+			Counters: st, Tokens: tokencount.New()},
 		SeparateMetrics: separate,
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := gw.Apply(d); err != nil {
 		t.Fatal(err)
 	}
 	listen := func(serve func(net.Listener) error) string {

@@ -25,7 +25,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/mockllm"
 )
@@ -287,7 +289,7 @@ func TestUpstreamErrorsWrapped(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.want, b)
 			}
 			if tc.code != "" {
-				if e := decodeEnvelope(t, b); e.Code != tc.code || e.Type != "upstream_error" || resp.Header.Get("X-Sluice-Error-Code") != tc.code {
+				if e := gwerrortest.MustOpenAI(t, b); e.Code != tc.code || e.Type != "upstream_error" || resp.Header.Get("X-Sluice-Error-Code") != tc.code {
 					t.Fatalf("envelope %+v, X-Sluice-Error-Code %q; want code %s", e, resp.Header.Get("X-Sluice-Error-Code"), tc.code)
 				}
 			}
@@ -432,7 +434,7 @@ func TestGzipRequestBody(t *testing.T) {
 	allocBefore := ms.TotalAlloc
 	resp, body = env.mustSend("/oa/v1/chat/completions", "app-a", bomb, map[string]string{"Content-Encoding": "gzip"})
 	runtime.ReadMemStats(&ms)
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || decodeEnvelope(t, body).Code != "request_too_large" {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || gwerrortest.MustOpenAI(t, body).Code != "request_too_large" {
 		t.Fatalf("zip bomb: %d %s, want 413 request_too_large", resp.StatusCode, body)
 	}
 	// The whole process allocated less than 8 MiB serving it (the bound is
@@ -448,7 +450,7 @@ func TestGzipRequestBody(t *testing.T) {
 
 	for _, enc := range []string{"br", "deflate", "gzip, br"} {
 		resp, body = env.mustSend("/oa/v1/chat/completions", "app-a", plain, map[string]string{"Content-Encoding": enc})
-		e := decodeEnvelope(t, body)
+		e := gwerrortest.MustOpenAI(t, body)
 		if resp.StatusCode != http.StatusUnsupportedMediaType || e.Code != "unsupported_media_type" || !strings.Contains(e.Message, `"`+enc+`"`) {
 			t.Fatalf("Content-Encoding %s: %d %+v, want 415 naming it", enc, resp.StatusCode, e)
 		}
@@ -564,12 +566,12 @@ func TestUndefinedApplicationRefused(t *testing.T) {
 	env := startLimitsEnv(t, deploymentDoc([]string{"app-a", "app-b"}, routes("          allow: [gpt-4o-mini]\n")), nil)
 	lookup := func(name string) (string, bool) {
 		if id, ok := strings.CutPrefix(name, "KEY_"); ok {
-			return config.HashKey(appKey(strings.ToLower(strings.ReplaceAll(id, "_", "-")))), true
+			return deployment.HashKey(appKey(strings.ToLower(strings.ReplaceAll(id, "_", "-")))), true
 		}
 		return env.MockURL, name == "MOCK_URL" || name == "FLAKY_URL"
 	}
 	bad := deploymentDoc([]string{"app-a", "app-b"}, routes("          perApplication:\n            app-a: [gpt-4o-mini]\n            app-bb: [gpt-4o-mini]\n"))
-	err := env.GW.Reload(func() (*config.Deployment, error) { return config.ParseEnv([]byte(bad), "deploy.yaml", lookup) })
+	err := env.GW.Reload(func() (*deployment.Deployment, error) { return yamlfile.ParseEnv([]byte(bad), "deploy.yaml", lookup) })
 	line := strings.Count(bad[:strings.Index(bad, "app-bb")], "\n") + 1
 	want := fmt.Sprintf("deploy.yaml:%d:13: routes[0].policies[1].params.perApplication.app-bb: application \"app-bb\" is not defined in applications", line)
 	if err == nil || !strings.Contains(err.Error(), want) {

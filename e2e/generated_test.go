@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"sluice/counter"
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
-	"sluice/platform/deploymentdoc"
 	"sluice/platform/generate"
 	"sluice/policies/ratelimit"
 )
@@ -28,13 +29,13 @@ func genDoc(t *testing.T, typ string, rl generate.RateLimits, apps ...string) st
 	s := generate.Settings{Providers: []generate.Provider{{ID: "p", Name: "gen", Type: typ, URL: "${MOCK_URL}", RateLimits: rl}}}
 	for _, a := range apps {
 		s.Applications = append(s.Applications, generate.Application{ID: a, Name: a, Providers: []string{"p"},
-			Keys: []generate.Key{{ID: "key-" + a, Hash: config.HashKey(appKey(a))}}})
+			Keys: []generate.Key{{ID: "key-" + a, Hash: deployment.HashKey(appKey(a))}}})
 	}
 	res, err := generate.Generate(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := deploymentdoc.YAML(res.Deployment)
+	y, err := yamlfile.YAML(res.Deployment)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,16 +209,16 @@ func TestGeneratedKeysExpiryAndGrants(t *testing.T) {
 	s := generate.Settings{
 		Providers: []generate.Provider{{ID: "p", Name: "gen", Type: "openai", URL: "${MOCK_URL}"}},
 		Applications: []generate.Application{
-			{ID: "app-a", Providers: []string{"p"}, Keys: []generate.Key{{ID: "k-live", Hash: config.HashKey(appKey("app-a")), ExpiresAt: &future}}},
-			{ID: "app-x", Providers: []string{"p"}, Keys: []generate.Key{{ID: "k-old", Hash: config.HashKey(appKey("app-x")), ExpiresAt: &past}}},
-			{ID: "app-n", Keys: []generate.Key{{ID: "k-n", Hash: config.HashKey(appKey("app-n"))}}},
+			{ID: "app-a", Providers: []string{"p"}, Keys: []generate.Key{{ID: "k-live", Hash: deployment.HashKey(appKey("app-a")), ExpiresAt: &future}}},
+			{ID: "app-x", Providers: []string{"p"}, Keys: []generate.Key{{ID: "k-old", Hash: deployment.HashKey(appKey("app-x")), ExpiresAt: &past}}},
+			{ID: "app-n", Keys: []generate.Key{{ID: "k-n", Hash: deployment.HashKey(appKey("app-n"))}}},
 		},
 	}
 	res, err := generate.Generate(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, _ := deploymentdoc.YAML(res.Deployment)
+	y, _ := yamlfile.YAML(res.Deployment)
 	env := startLimitsEnv(t, strings.ReplaceAll(string(y), "$${MOCK_URL}", "${MOCK_URL}"), nil)
 	body := chatReq{Model: "gpt-4o-mini", Text: "hi", MaxTokens: 2}.body()
 	for app, want := range map[string]int{"app-a": 200, "app-x": 401, "app-n": 403} {
@@ -225,7 +226,7 @@ func TestGeneratedKeysExpiryAndGrants(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("%s: %d %s, want %d", app, resp.StatusCode, b, want)
 		}
-		if want == 403 && decodeEnvelope(t, b).Code != "application_not_allowed" {
+		if want == 403 && gwerrortest.MustOpenAI(t, b).Code != "application_not_allowed" {
 			t.Errorf("%s: %s", app, b)
 		}
 	}

@@ -27,24 +27,24 @@ import (
 	"sluice/counter"
 	"sluice/counter/countertest"
 	"sluice/counter/memory"
-	"sluice/gateway"
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/gwerror"
+	"sluice/internal/app"
 	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/mockllm"
-	"sluice/policies"
-	"sluice/policies/builtin"
 	"sluice/policies/ratelimit"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
 
 // The limits harness: a mock upstream, a flaky upstream in front of it, and a
-// gateway built with gateway.New on loopback ports, whose policies charge one
-// in-memory counter store driven by a settable clock. Deployments are YAML
-// documents parsed by config.ParseEnv, so the real loader (env expansion,
-// strict decoding, validation, chain building) is exercised.
+// gateway assembled by the wiring (internal/app) on loopback ports, whose
+// policies charge one in-memory counter store driven by a settable clock.
+// Deployments are YAML documents parsed by yamlfile.ParseEnv, so the real
+// loader (env expansion, strict decoding, validation, chain building) is
+// exercised.
 //
 // ${VAR} references a deployment may use:
 //
@@ -156,7 +156,7 @@ type limitsEnv struct {
 	Tokens   *tokencount.Counter
 	Pricing  *pricing.Catalog
 	Metrics  *prometheus.Registry
-	GW       *gateway.Gateway
+	GW       *app.Gateway
 	Arrivals *arrivals
 	Flaky    *flakyUpstream
 	HTTP     *http.Client
@@ -204,20 +204,19 @@ func startLimitsEnv(t testing.TB, doc string, clock *countertest.Clock) *limitsE
 			return flakySrv.URL, true
 		}
 		if id, ok := strings.CutPrefix(name, "KEY_"); ok && id != "" {
-			return config.HashKey(appKey(strings.ToLower(strings.ReplaceAll(id, "_", "-")))), true
+			return deployment.HashKey(appKey(strings.ToLower(strings.ReplaceAll(id, "_", "-")))), true
 		}
 		return "", false
 	}
-	dep, err := config.ParseEnv([]byte(doc), t.Name()+" deployment", lookup)
+	dep, err := yamlfile.ParseEnv([]byte(doc), t.Name()+" deployment", lookup)
 	if err != nil {
 		t.Fatalf("deployment does not parse: %v\n%s", err, doc)
 	}
 
-	env.GW, err = gateway.New(gateway.Options{
-		Registry: builtin.Registry(),
-		Logger:   slog.New(slog.NewTextHandler(env.Log, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Metrics:  env.Metrics,
-		Services: policies.Services{
+	env.GW, err = app.NewGateway(dep, app.GatewayOptions{
+		Services: app.Services{
+			Logger:   slog.New(slog.NewTextHandler(env.Log, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Metrics:  env.Metrics,
 			Counters: env.Store,
 			Pricing:  env.Pricing,
 			Tokens:   env.Tokens,
@@ -227,9 +226,6 @@ func startLimitsEnv(t testing.TB, doc string, clock *countertest.Clock) *limitsE
 		Backoff: func(int) time.Duration { return time.Millisecond },
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := env.GW.Apply(dep); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -554,25 +550,6 @@ func readRateHeaders(h http.Header) rateHeaders {
 		CostLimitMicros:     usd("X-Ratelimit-Cost-Limit-Dollars"),
 		CostRemainingMicros: usd("X-Ratelimit-Cost-Remaining-Dollars"),
 	}
-}
-
-// errorEnvelope is the OpenAI error envelope.
-type errorEnvelope struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
-
-func decodeEnvelope(t testing.TB, body []byte) errorEnvelope {
-	t.Helper()
-	var e struct {
-		Error *errorEnvelope `json:"error"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil {
-		t.Fatalf("not an error envelope: %s", body)
-	}
-	return *e.Error
 }
 
 // chatUsage decodes the usage of a non-streamed chat completion body.

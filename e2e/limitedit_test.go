@@ -22,7 +22,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/internal/proctest"
 	"sluice/internal/redistest"
 	"sluice/llmapi"
@@ -65,7 +65,7 @@ providers:
 applications:
   - {id: app-edit, name: Limit edit, apiKeys: [%q]}
 routes:
-`, counters, upstream, config.HashKey(limitEditKey)) +
+`, counters, upstream, deployment.HashKey(limitEditKey)) +
 		route("raise", "token-bucket", r.raise, "30d") +
 		route("lower", "token-bucket", r.lower, "30d") +
 		route("window", "fixed-window", r.window, "1d")

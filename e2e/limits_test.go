@@ -20,8 +20,10 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"sluice/counter"
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/policies/ratelimit"
 )
@@ -86,7 +88,7 @@ func (e *limitsEnv) chat(ctxPath, app string, req chatReq, hdr map[string]string
 		if resp.StatusCode == http.StatusOK {
 			a.prompt, a.completion = chatUsage(e.t, body)
 		} else {
-			env := decodeEnvelope(e.t, body)
+			env := gwerrortest.MustOpenAI(e.t, body)
 			a.code, a.typ = env.Code, env.Type
 		}
 		return a
@@ -514,7 +516,7 @@ func TestSettlementRules(t *testing.T) {
 				if p := h.Get(gwerror.HeaderPolicy); p != "" {
 					t.Fatalf("an upstream 429 carries X-Sluice-Policy %q", p)
 				}
-				if env := decodeEnvelope(t, body); env.Code != "rate_limit_exceeded" {
+				if env := gwerrortest.MustOpenAI(t, body); env.Code != "rate_limit_exceeded" {
 					t.Fatalf("upstream 429 envelope not passed through: %s", body)
 				}
 			}},
@@ -730,7 +732,7 @@ func TestDenialEnvelope(t *testing.T) {
 			never := env.metric("sluice_ratelimit_denials_total", map[string]string{"route": tc.route, "reason": "exceeds_capacity"})
 			resp, body := env.mustSend("/"+tc.route+"/v1/chat/completions", "app-a", big.body(), nil)
 			env.waitSettled()
-			envl := decodeEnvelope(t, body)
+			envl := gwerrortest.MustOpenAI(t, body)
 			if resp.StatusCode != 429 || envl.Code != tc.code || envl.Type != gwerror.TypeRateLimit || envl.Param != nil {
 				t.Fatalf("%d %+v, want 429 %s rate_limit_error", resp.StatusCode, envl, tc.code)
 			}
@@ -1298,12 +1300,12 @@ func TestReloadKeepsCountersAndInFlight(t *testing.T) {
 		t.Fatalf("open reservations %v with one stream in flight", open)
 	}
 
-	dep, err := config.ParseEnv([]byte(doc(2000)), "reloaded", func(name string) (string, bool) {
+	dep, err := yamlfile.ParseEnv([]byte(doc(2000)), "reloaded", func(name string) (string, bool) {
 		switch name {
 		case "MOCK_URL", "FLAKY_URL":
 			return env.MockURL, true
 		case "KEY_APP_A":
-			return config.HashKey(appKey("app-a")), true
+			return deployment.HashKey(appKey("app-a")), true
 		}
 		return "", false
 	})

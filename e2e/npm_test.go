@@ -20,12 +20,11 @@ import (
 
 	"sluice/counter/countertest"
 	"sluice/counter/memory"
-	"sluice/gateway"
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
+	"sluice/internal/app"
 	"sluice/internal/proctest"
 	"sluice/mockllm"
-	"sluice/policies"
-	"sluice/policies/builtin"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -73,7 +72,7 @@ routes:
 
 // deploymentYAML is npmDeployment with the upstream URL and the key's hash.
 func deploymentYAML(upstream string) []byte {
-	return fmt.Appendf(nil, npmDeployment, upstream, config.HashKey(npmAPIKey))
+	return fmt.Appendf(nil, npmDeployment, upstream, deployment.HashKey(npmAPIKey))
 }
 
 // nodeTestTimeout bounds the whole node run; the client tests are a handful of
@@ -94,7 +93,7 @@ func TestNPMClient(t *testing.T) {
 	tokens := tokencount.New()
 	upstream := serve(t, mockllm.New(mockllm.Options{Counter: tokens}))
 
-	dep, err := config.Parse(deploymentYAML("http://"+upstream), "npm_test deployment")
+	dep, err := yamlfile.Parse(deploymentYAML("http://"+upstream), "npm_test deployment")
 	if err != nil {
 		t.Fatalf("deployment: %v", err)
 	}
@@ -111,20 +110,11 @@ func TestNPMClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := prometheus.NewRegistry()
-	gw, err := gateway.New(gateway.Options{
-		Registry: builtin.Registry(),
-		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Metrics:  metrics,
-		Services: policies.Services{Tokens: tokens, Counters: counters, Pricing: prices, Now: clock.Now},
-		KeyIndex: func(d *config.Deployment) (policies.KeyIndex, error) {
-			return config.NewKeyIndex(d), nil
-		},
-		BuildChains: config.BuildChains,
-	})
+	gw, err := app.NewGateway(dep, app.GatewayOptions{Services: app.Services{
+		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Metrics: metrics, Tokens: tokens, Counters: counters, Pricing: prices, Now: clock.Now,
+	}})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := gw.Apply(dep); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -12,11 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	"sluice/gateway"
-	"sluice/gateway/config"
+	"sluice/deployment/yamlfile"
+	"sluice/internal/app"
 	"sluice/mockllm"
-	"sluice/policies"
-	"sluice/policies/builtin"
 	"sluice/tokencount"
 )
 
@@ -115,26 +113,18 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 	})
 
 	b.Run("gateway", func(b *testing.B) {
-		dep, err := config.Parse(deploymentYAML("http://upstream.invalid"), "overhead benchmark deployment")
+		dep, err := yamlfile.Parse(deploymentYAML("http://upstream.invalid"), "overhead benchmark deployment")
 		if err != nil {
 			b.Fatal(err)
 		}
-		gw, err := gateway.New(gateway.Options{
-			Registry:  builtin.Registry(),
-			Logger:    slog.New(slog.DiscardHandler),
-			Services:  policies.Services{Tokens: tokencount.New()},
+		gw, err := app.NewGateway(dep, app.GatewayOptions{
+			Services:  app.Services{Logger: slog.New(slog.DiscardHandler), Tokens: tokencount.New()},
 			Transport: canned,
-			KeyIndex: func(d *config.Deployment) (policies.KeyIndex, error) {
-				return config.NewKeyIndex(d), nil
-			},
-			BuildChains: config.BuildChains,
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := gw.Apply(dep); err != nil {
-			b.Fatal(err)
-		}
+		b.Cleanup(func() { _ = gw.Close() })
 		send(b, gw.Handler(), "/openai/v1/chat/completions")
 	})
 }

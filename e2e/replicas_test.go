@@ -23,7 +23,8 @@ import (
 
 	"sluice/counter"
 	"sluice/counter/redisstore"
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/gwerror/gwerrortest"
 	"sluice/internal/proctest"
 	"sluice/internal/redistest"
 	"sluice/llmapi"
@@ -85,7 +86,7 @@ routes:
           algorithm: fixed-window
           reserveOutput: maxTokens
           totalTokenLimits: [{count: %d, duration: %s}]
-`, countersYAML, upstream, replicaAppID, config.HashKey(replicaAPIKey), limit, window)
+`, countersYAML, upstream, replicaAppID, deployment.HashKey(replicaAPIKey), limit, window)
 	path := filepath.Join(t.TempDir(), "deployment.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -254,20 +255,13 @@ func postReplicaChat(ctx context.Context, client *http.Client, base string, body
 // with code and type, the X-Sluice-Error-Code header equal to code and, when
 // policy is set, X-Sluice-Policy equal to it; else what is wrong.
 func checkErrorEnvelope(h http.Header, body []byte, code, typ, policy string) string {
-	var env struct {
-		Error *struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil || env.Error == nil {
+	env, err := gwerrortest.DecodeOpenAI(body)
+	if err != nil {
 		return fmt.Sprintf("denial body is not the error envelope: %q", procTail(string(body), 300))
 	}
 	switch {
-	case env.Error.Code != code || env.Error.Type != typ || env.Error.Message == "":
-		return fmt.Sprintf("denial envelope code %q type %q message %q, want code %q type %q", env.Error.Code, env.Error.Type, env.Error.Message, code, typ)
+	case env.Code != code || env.Type != typ || env.Message == "":
+		return fmt.Sprintf("denial envelope code %q type %q message %q, want code %q type %q", env.Code, env.Type, env.Message, code, typ)
 	case h.Get("X-Sluice-Error-Code") != code:
 		return fmt.Sprintf("X-Sluice-Error-Code %q, want %q", h.Get("X-Sluice-Error-Code"), code)
 	case policy != "" && deniedBy(h) != policy:

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 	"sluice/mockllm"
 )
@@ -214,7 +215,7 @@ func TestSlowBodyTimesOut(t *testing.T) {
 		t.Fatalf("no answer within 20s to a body trickling in (readTimeout 1s): %v", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusRequestTimeout || decodeEnvelope(t, body).Code != gwerror.CodeRequestTimeout || !resp.Close {
+	if resp.StatusCode != http.StatusRequestTimeout || gwerrortest.MustOpenAI(t, body).Code != gwerror.CodeRequestTimeout || !resp.Close {
 		t.Fatalf("status %d, Connection %q: %s; want 408 request_timeout and the connection closed", resp.StatusCode, resp.Header.Get("Connection"), body)
 	}
 	if !closedByPeer(conn, 20*time.Second) {
@@ -256,7 +257,7 @@ func TestKeyCheckedBeforeBody(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusUnauthorized || decodeEnvelope(t, body).Code != gwerror.CodeInvalidAPIKey {
+			if resp.StatusCode != http.StatusUnauthorized || gwerrortest.MustOpenAI(t, body).Code != gwerror.CodeInvalidAPIKey {
 				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
 			if !resp.Close {

@@ -12,6 +12,7 @@ import (
 
 	"sluice/counter"
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/llmapi"
 )
 
@@ -161,16 +162,12 @@ func TestStrictBodyRefusesAmbiguity(t *testing.T) {
 			}
 			if tc.path == "/v1/messages" {
 				// Anthropic's envelope has no param: the message names the field.
-				var e struct {
-					Type  string `json:"type"`
-					Error struct{ Type, Message string }
-				}
-				if err := json.Unmarshal(body, &e); err != nil || e.Type != "error" || e.Error.Type != "invalid_request_error" ||
-					!strings.HasPrefix(e.Error.Message, tc.param+" ") {
+				e, err := gwerrortest.DecodeAnthropic(body)
+				if err != nil || e.Error.Type != "invalid_request_error" || !strings.HasPrefix(e.Error.Message, tc.param+" ") {
 					t.Fatalf("Anthropic envelope %s, want an invalid_request_error about %s", body, tc.param)
 				}
 			} else {
-				e := decodeEnvelope(t, body)
+				e := gwerrortest.MustOpenAI(t, body)
 				param := ""
 				if e.Param != nil {
 					param = *e.Param
@@ -269,7 +266,7 @@ func TestBatchedPromptsReservePerPrompt(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("status %d, %d tokens served, %d used of %d; want 429", resp.StatusCode, served(rb), used, strictLimit.Max)
 		}
-		e := decodeEnvelope(t, rb)
+		e := gwerrortest.MustOpenAI(t, rb)
 		if !strings.Contains(e.Message, "can never be admitted") || resp.Header.Get("Retry-After") != "" {
 			t.Fatalf("%s (Retry-After %q), want a denial that can never be admitted", e.Message, resp.Header.Get("Retry-After"))
 		}
@@ -284,7 +281,7 @@ func TestBatchedPromptsReservePerPrompt(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("status %d, want 400: %d tokens served, %d used of %d", resp.StatusCode, served(rb), env.tokensUsed("hc"), strictLimit.Max)
 		}
-		if e := decodeEnvelope(t, rb); e.Param == nil || *e.Param != "prompt" {
+		if e := gwerrortest.MustOpenAI(t, rb); e.Param == nil || *e.Param != "prompt" {
 			t.Fatalf("%+v, want param prompt", e)
 		}
 		if env.tokensUsed("hc") != 0 || env.upstreamAttempts() != attempts {
@@ -369,7 +366,7 @@ func TestOverflowIsBounded(t *testing.T) {
 				t.Fatalf("status %d, want 400: %d tokens served; budget left %d micro-USD of %d, ro used %d tokens",
 					resp.StatusCode, served(rb), budgetLeft(), strictBudget.Max, env.tokensUsed("ro"))
 			}
-			if e := decodeEnvelope(t, rb); e.Param == nil || *e.Param != "max_tokens" {
+			if e := gwerrortest.MustOpenAI(t, rb); e.Param == nil || *e.Param != "max_tokens" {
 				t.Fatalf("%+v; want param max_tokens", e)
 			}
 			if env.upstreamAttempts() != attempts || budgetLeft() != strictBudget.Max || env.tokensUsed("ro") != 0 {
@@ -395,7 +392,7 @@ func TestOverflowIsBounded(t *testing.T) {
 				t.Fatalf("status %d, want 429: %d tokens served; budget left %d micro-USD of %d, ro used %d tokens",
 					resp.StatusCode, served(rb), budgetLeft(), strictBudget.Max, env.tokensUsed("ro"))
 			}
-			if e := decodeEnvelope(t, rb); e.Code != tc.code || !strings.Contains(e.Message, "can never be admitted") {
+			if e := gwerrortest.MustOpenAI(t, rb); e.Code != tc.code || !strings.Contains(e.Message, "can never be admitted") {
 				t.Fatalf("%+v; want %s that can never be admitted", e, tc.code)
 			}
 			if ra := resp.Header.Get("Retry-After"); ra != "" {

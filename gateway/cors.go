@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/llmapi"
 )
 
@@ -35,7 +35,7 @@ type corsPolicy struct {
 	maxAge    string // Access-Control-Max-Age in seconds; "" to omit
 }
 
-func newCORS(c *config.CORS) *corsPolicy {
+func newCORS(c *deployment.CORS) *corsPolicy {
 	if c == nil {
 		return nil
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/policies"
 	"sluice/sharedctx"
 )
@@ -163,8 +163,8 @@ func TestFilterModels(t *testing.T) {
 }
 
 func TestCORSPolicy(t *testing.T) {
-	p := newCORS(&config.CORS{AllowOrigins: []string{"https://App.example.com"}, AllowHeaders: []string{"x-trace-*"},
-		ExposeHeaders: []string{"openai-processing-ms"}, MaxAge: config.Duration(90 * time.Second)})
+	p := newCORS(&deployment.CORS{AllowOrigins: []string{"https://App.example.com"}, AllowHeaders: []string{"x-trace-*"},
+		ExposeHeaders: []string{"openai-processing-ms"}, MaxAge: deployment.Duration(90 * time.Second)})
 	for origin, want := range map[string]string{
 		"https://app.example.com":      "https://app.example.com",
 		"https://APP.example.com":      "https://APP.example.com",
@@ -189,7 +189,7 @@ func TestCORSPolicy(t *testing.T) {
 			t.Errorf("expose %s = %v", name, !want)
 		}
 	}
-	if star := newCORS(&config.CORS{AllowOrigins: []string{"*"}}); star.allowOrigin("https://x.test") != "*" {
+	if star := newCORS(&deployment.CORS{AllowOrigins: []string{"*"}}); star.allowOrigin("https://x.test") != "*" {
 		t.Error(`"*" does not allow every origin`)
 	}
 }

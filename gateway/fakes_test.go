@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"net"
@@ -17,11 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/gwerror"
+	"sluice/gwerror/gwerrortest"
 	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/policies"
@@ -166,12 +168,17 @@ type finalRecord struct {
 	StateOK bool
 }
 
-// recLog collects recorder events per request id. Safe for concurrent use.
+// recLog collects recorder events per request id, and every recorder built
+// (lifecycle_test.go checks their Close calls). Safe for concurrent use.
 type recLog struct {
 	mu       sync.Mutex
 	finals   map[string][]finalRecord
 	requests map[string][]string
 	changed  chan struct{}
+	built    []*recorder
+	// misuse lists lifecycle violations: a phase on a closed instance, a
+	// second Close.
+	misuse []string
 }
 
 func newRecLog() *recLog {
@@ -236,9 +243,12 @@ type recorder struct {
 	id   string
 	log  *recLog
 	slot string
+	// closes counts Close calls (lifecycle_test.go).
+	closes atomic.Int32
 }
 
 func (r *recorder) OnRequest(c *policies.Call) *gwerror.Error {
+	r.checkOpen("request")
 	r.log.addRequest(c.Shared.RequestID, r.p.Tag)
 	// Per-request state under this instance's own key.
 	c.Shared.Metadata[r.slot] = r.p.Tag + "/" + c.Shared.RequestID
@@ -255,6 +265,7 @@ func (r *recorder) OnRequest(c *policies.Call) *gwerror.Error {
 }
 
 func (r *recorder) OnResponse(c *policies.Call, resp *policies.Response) *gwerror.Error {
+	r.checkOpen("response")
 	if r.p.Panic == "response" {
 		panic("recorder panics in response")
 	}
@@ -262,41 +273,54 @@ func (r *recorder) OnResponse(c *policies.Call, resp *policies.Response) *gwerro
 }
 
 func (r *recorder) OnStreamEvent(c *policies.Call, ev *sse.Event) {
+	r.checkOpen("stream")
 	if r.p.Panic == "stream" {
 		panic("recorder panics in stream")
 	}
 }
 
 func (r *recorder) OnFinal(c *policies.Call, o *policies.Outcome) {
+	r.checkOpen("final")
 	ok := c.Shared.Metadata[r.slot] == r.p.Tag+"/"+c.Shared.RequestID
-	r.log.addFinal(c.Shared.RequestID, finalRecord{Tag: r.p.Tag, Kind: o.Kind, Status: o.Status, Usage: o.Usage, StateOK: ok})
+	r.log.addFinal(c.Shared.RequestID, finalRecord{Tag: r.p.Tag, Kind: o.Kind, Status: o.Status, Usage: c.Shared.Usage(), StateOK: ok})
 }
 
 func testRegistry(log *recLog) *policies.Registry {
 	def := policies.Define("recorder", "v1", "records every phase (tests only)",
 		func(p *recParams, ri policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-			return &recorder{p: *p, id: ri.InstanceID, log: log, slot: sharedctx.InstanceKey(ri.InstanceID, "rec")}, nil
+			r := &recorder{p: *p, id: ri.InstanceID, log: log, slot: sharedctx.InstanceKey(ri.InstanceID, "rec")}
+			log.addBuilt(r)
+			return r, nil
 		})
 	return policies.NewRegistry(def)
 }
 
-func rec(tag string, extra map[string]any) config.PolicyEntry {
+func rec(tag string, extra map[string]any) deployment.PolicyEntry {
 	params := map[string]any{"tag": tag}
 	for k, v := range extra {
 		params[k] = v
 	}
-	return config.PolicyEntry{Name: "recorder", Version: "v1", Params: params}
+	return deployment.PolicyEntry{Name: "recorder", Version: "v1", Params: params}
 }
 
-func deployment(targets []string, retries int, chain ...config.PolicyEntry) *config.Deployment {
-	return &config.Deployment{
+func recDeployment(targets []string, retries int, chain ...deployment.PolicyEntry) *deployment.Deployment {
+	return prepared(&deployment.Deployment{
 		APIVersion: "sluice/v1",
-		Providers: []config.Provider{{Name: "openai", Type: "openai", Targets: targets,
-			Auth:    &config.Auth{Header: "Authorization", Value: "Bearer upstream-secret"},
-			Retries: &retries, Timeout: config.Duration(20 * time.Second),
+		Providers: []deployment.Provider{{Name: "openai", Type: "openai", Targets: targets,
+			Auth:    &deployment.Auth{Header: "Authorization", Value: "Bearer upstream-secret"},
+			Retries: &retries, Timeout: deployment.Duration(20 * time.Second),
 			ForwardHeaders: []string{"x-mock-*", "x-fake-*"}}},
-		Routes: []config.Route{{Name: "r1", Context: "/openai", Provider: "openai", Policies: chain}},
+		Routes: []deployment.Route{{Name: "r1", Context: "/openai", Provider: "openai", Policies: chain}},
+	})
+}
+
+// prepared is d as a gateway is handed a document: validated (a test
+// document that does not validate is a bug of the test).
+func prepared(d *deployment.Deployment) *deployment.Deployment {
+	if err := deployment.Validate(d); err != nil {
+		panic(err)
 	}
+	return d
 }
 
 type testEnv struct {
@@ -306,16 +330,18 @@ type testEnv struct {
 	logs *proctest.Buffer
 }
 
-func startGateway(t *testing.T, d *config.Deployment) *testEnv {
+func startGateway(t *testing.T, d *deployment.Deployment) *testEnv {
 	t.Helper()
 	return startGatewayWith(t, d, nil)
 }
 
 // startGatewayWith is startGateway with the metrics registry given (nil: a
 // fresh one the test cannot see).
-func startGatewayWith(t *testing.T, d *config.Deployment, reg *prometheus.Registry) *testEnv {
+func startGatewayWith(t *testing.T, d *deployment.Deployment, reg *prometheus.Registry) *testEnv {
 	t.Helper()
 	rl := newRecLog()
+	// Runs after serveGateway's cleanup (Shutdown): every instance closed.
+	t.Cleanup(func() { rl.checkAllClosed(t) })
 	logs := &proctest.Buffer{}
 	gw, base := serveGateway(t, d, Options{
 		Registry: testRegistry(rl),
@@ -329,7 +355,7 @@ func startGatewayWith(t *testing.T, d *config.Deployment, reg *prometheus.Regist
 // serveGateway builds a gateway from opts, applies d and serves it on a free
 // loopback port until the test ends (shutdown waits for Serve to return). It
 // returns the gateway and http://ADDR.
-func serveGateway(t *testing.T, d *config.Deployment, opts Options) (*Gateway, string) {
+func serveGateway(t *testing.T, d *deployment.Deployment, opts Options) (*Gateway, string) {
 	t.Helper()
 	gw, err := New(opts)
 	if err != nil {
@@ -402,22 +428,13 @@ func send(t *testing.T, method, url, contentType, body string, hdr map[string]st
 	return resp, b
 }
 
-// envelope decodes an OpenAI error envelope, failing when the body is not one.
+// envelope decodes an OpenAI error envelope, failing when the body is not
+// one or its error has no type.
 func envelope(t *testing.T, body []byte) (code, message string) {
 	t.Helper()
-	var e struct {
-		Error *struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil {
-		t.Fatalf("not an error envelope: %s", body)
-	}
-	if e.Error.Type == "" {
+	e := gwerrortest.MustOpenAI(t, body)
+	if e.Type == "" {
 		t.Fatalf("envelope without type: %s", body)
 	}
-	return e.Error.Code, e.Error.Message
+	return e.Code, e.Message
 }

@@ -2,9 +2,16 @@
 // provider, runs each route's policy chain around the upstream call, proxies
 // bodies and SSE streams, and serves health and metrics endpoints.
 //
-// Configuration is an immutable snapshot built from a config.Deployment and
+// Configuration is an immutable snapshot built from a deployment.Deployment and
 // swapped atomically by Apply; a request keeps the snapshot it started with, so
-// reloads never disturb requests in flight.
+// reloads never disturb requests in flight. The gateway trusts the document it
+// is given: defaults and structural validation are the deployment package's
+// (yamlfile applies both); the gateway builds the chains, which checks the
+// params (policies.Registry.BuildRoute).
+//
+// Packages below gateway/ are its deployment sources (filesource, pull). The
+// gateway imports the document, the policies and the leaves, never the
+// platform; the wiring (internal/app) assembles it.
 package gateway
 
 import (
@@ -27,24 +34,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"sluice/deployment"
 	"sluice/dialect"
-	"sluice/gateway/config"
 	"sluice/gwerror"
 	"sluice/policies"
 )
 
-// Defaults applied when the deployment leaves a value at zero.
-const (
-	DefaultMaxRequestBytes   = 10 << 20
-	DefaultShutdownGrace     = 30 * time.Second
-	DefaultUpstreamTimeout   = 60 * time.Second
-	DefaultRetries           = 2
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultReadTimeout       = 30 * time.Second
-	DefaultWriteTimeout      = 30 * time.Second
-	// maxResponseBytes bounds a non-streamed upstream body held in memory.
-	maxResponseBytes = 256 << 20
-)
+// maxResponseBytes bounds a non-streamed upstream body held in memory.
+const maxResponseBytes = 256 << 20
 
 // Options configure a Gateway. Everything here outlives reloads: counter state
 // in Services.Counters survives every Apply.
@@ -62,11 +59,8 @@ type Options struct {
 	// deployment by KeyIndex.
 	Services policies.Services
 	// KeyIndex builds the API key index of a deployment's applications (nil:
-	// config.NewKeyIndex).
-	KeyIndex func(d *config.Deployment) (policies.KeyIndex, error)
-	// BuildChains builds the chains of a deployment keyed by route name (nil:
-	// config.BuildChains).
-	BuildChains func(d *config.Deployment, reg *policies.Registry, svc *policies.Services) (map[string]*policies.Chain, error)
+	// NewKeyIndex).
+	KeyIndex func(d *deployment.Deployment) (policies.KeyIndex, error)
 	// Transport is the upstream round tripper (nil: a tuned *http.Transport).
 	Transport http.RoundTripper
 	// Backoff is the wait before retry attempt i (1-based); nil: 25ms doubling,
@@ -90,8 +84,14 @@ type Gateway struct {
 	ids       requestIDs
 	bufs      sync.Pool // *bytes.Buffer for upstream bodies
 
-	// applyMu serialises Apply so snapshots are built one at a time.
+	// applyMu serialises Apply so snapshots are built one at a time, and
+	// guards retired.
 	applyMu sync.Mutex
+	// retired is set by Shutdown once it dropped the gateway's reference to
+	// the current snapshot; Apply then fails.
+	retired bool
+	// open are the snapshots whose policy instances are not closed yet.
+	open openSnapshots
 
 	srvMu      sync.Mutex
 	srv        *http.Server
@@ -125,10 +125,7 @@ func New(opts Options) (*Gateway, error) {
 		opts.Services.Metrics = opts.Metrics
 	}
 	if opts.KeyIndex == nil {
-		opts.KeyIndex = func(d *config.Deployment) (policies.KeyIndex, error) { return config.NewKeyIndex(d), nil }
-	}
-	if opts.BuildChains == nil {
-		opts.BuildChains = config.BuildChains
+		opts.KeyIndex = func(d *deployment.Deployment) (policies.KeyIndex, error) { return NewKeyIndex(d), nil }
 	}
 	if opts.Backoff == nil {
 		opts.Backoff = defaultBackoff
@@ -224,7 +221,7 @@ func (g *Gateway) root(w http.ResponseWriter, r *http.Request) {
 	// net/http's own ResponseWriter has the method (it is what
 	// http.ResponseController calls); the server hands it to root unwrapped.
 	if dw, ok := w.(connDeadlines); ok {
-		d := DefaultWriteTimeout
+		d := deployment.DefaultWriteTimeout.D()
 		if s := g.snap.Load(); s != nil {
 			d = s.writeTimeout
 		}
@@ -263,7 +260,7 @@ func bearerIs(r *http.Request, token string) bool {
 // (net/http reads it per connection and cannot change it while serving);
 // bodies and writes are bounded per request by the configuration current then.
 func (g *Gateway) newServer(h http.Handler) *http.Server {
-	headerTimeout := DefaultReadHeaderTimeout
+	headerTimeout := deployment.DefaultReadHeaderTimeout.D()
 	if s := g.snap.Load(); s != nil {
 		headerTimeout = s.readHeaderTimeout
 	}
@@ -319,7 +316,11 @@ func (g *Gateway) ServeMetrics(ln net.Listener) error {
 // streams to finish until ctx is done; then it closes the remaining
 // connections (their requests end Cancelled) and returns ctx's error. The
 // metrics listener, if any, is shut down last, so a scrape during the drain
-// still answers.
+// still answers. Then the current configuration is retired: its policy
+// instances, and those of replaced configurations still draining, are closed
+// once their last request has ended; Shutdown waits for that until ctx is
+// done. Later requests (on a handler served elsewhere) answer 503, and Apply
+// fails.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.srvMu.Lock()
 	srv, msrv := g.srv, g.metricsSrv
@@ -337,7 +338,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			err = cmp.Or(err, merr)
 		}
 	}
-	return err
+	// The retired snapshot stays loaded (its settings still answer /metrics
+	// and /readyz); acquire refuses it once its count is zero.
+	g.applyMu.Lock()
+	if s := g.snap.Load(); s != nil && !g.retired {
+		g.retired = true
+		g.release(s, false)
+	}
+	g.applyMu.Unlock()
+	return cmp.Or(err, g.waitClosed(ctx))
 }
 
 // ShutdownGrace is the drain bound of the current configuration.
@@ -345,24 +354,36 @@ func (g *Gateway) ShutdownGrace() time.Duration {
 	if s := g.snap.Load(); s != nil {
 		return s.shutdownGrace
 	}
-	return DefaultShutdownGrace
+	return deployment.DefaultShutdownGrace.D()
 }
 
 // Ready reports whether a configuration is loaded.
 func (g *Gateway) Ready() bool { return g.snap.Load() != nil }
 
 // Apply builds a snapshot from d (providers, key index, chains) and swaps it in
-// atomically. On error the current snapshot stays in place. Requests in flight
-// finish on the snapshot they started with.
-func (g *Gateway) Apply(d *config.Deployment) error {
+// atomically. d must have passed deployment.Validate (yamlfile validates what
+// it reads): the gateway does not check again what Validate checks. Apply
+// fills d's empty fields with the document's defaults
+// (deployment.ApplyDefaults: nothing to do for what yamlfile read). On error
+// the current snapshot stays in place. Requests in flight finish on the
+// snapshot they started with; the policy instances of the replaced snapshot
+// are closed once the last of them has ended (at once when none is in
+// flight). Apply fails after Shutdown.
+func (g *Gateway) Apply(d *deployment.Deployment) error {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
+	if g.retired {
+		return errors.New("gateway: shut down")
+	}
 	s, err := g.buildSnapshot(d)
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()
 		return err
 	}
-	g.snap.Store(s)
+	g.adopt(s)
+	if old := g.snap.Swap(s); old != nil {
+		g.release(old, false)
+	}
 	g.metrics.reloads.WithLabelValues("success").Inc()
 	g.srvMu.Lock()
 	srv := g.srv
@@ -376,7 +397,7 @@ func (g *Gateway) Apply(d *config.Deployment) error {
 
 // Reload loads a deployment with load and applies it; on any error it keeps
 // the last good configuration and logs why. It returns the error.
-func (g *Gateway) Reload(load func() (*config.Deployment, error)) error {
+func (g *Gateway) Reload(load func() (*deployment.Deployment, error)) error {
 	d, err := load()
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()

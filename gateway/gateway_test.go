@@ -28,7 +28,7 @@ func chatParams() openai.ChatCompletionNewParams {
 func TestChatNonStreaming(t *testing.T) {
 	up := &fakeLLM{}
 	srv := startUpstream(t, up)
-	env := startGateway(t, deployment([]string{srv.URL}, 0, rec("a", map[string]any{"header": "seen"})))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("a", map[string]any{"header": "seen"})))
 
 	var raw *http.Response
 	c := env.client(option.WithHeader("X-Request-Id", "req-chat-1"), option.WithResponseInto(&raw))
@@ -71,7 +71,7 @@ func TestChatNonStreaming(t *testing.T) {
 func TestStreamingUsageChunk(t *testing.T) {
 	up := &fakeLLM{}
 	srv := startUpstream(t, up)
-	env := startGateway(t, deployment([]string{srv.URL}, 0, rec("a", nil)))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("a", nil)))
 
 	for _, tc := range []struct {
 		name      string
@@ -159,7 +159,7 @@ func TestStreamingNotBuffered(t *testing.T) {
 		fmt.Fprint(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\ndata: [DONE]\n\n")
 		fl.Flush()
 	}))
-	env := startGateway(t, deployment([]string{srv.URL}, 0))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := env.client()
@@ -186,7 +186,7 @@ func TestStreamingNotBuffered(t *testing.T) {
 func TestStreamingDelayedTokens(t *testing.T) {
 	up := &fakeLLM{}
 	srv := startUpstream(t, up)
-	env := startGateway(t, deployment([]string{srv.URL}, 0))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0))
 	c := env.client(option.WithHeader("x-mock-token-delay-ms", "50"))
 	st := c.Chat.Completions.NewStreaming(context.Background(), chatParams())
 	var first, last time.Time
@@ -217,7 +217,7 @@ func TestStreamingDelayedTokens(t *testing.T) {
 
 func TestEmbeddings(t *testing.T) {
 	srv := startUpstream(t, &fakeLLM{})
-	env := startGateway(t, deployment([]string{srv.URL}, 0, rec("a", nil)))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("a", nil)))
 	c := env.client(option.WithHeader("X-Request-Id", "req-emb"))
 	out, err := c.Embeddings.New(context.Background(), openai.EmbeddingNewParams{
 		Model: "text-embedding-3-small",
@@ -239,7 +239,7 @@ func TestUpstreamErrorPassthrough(t *testing.T) {
 	up := &fakeLLM{}
 	srv := startUpstream(t, up)
 	// Two retries configured: 4xx (429 included) must still be tried once.
-	env := startGateway(t, deployment([]string{srv.URL}, 2, rec("a", nil)))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 2, rec("a", nil)))
 	for _, status := range []int{400, 429} {
 		up.hits.Store(0)
 		id := "req-pass-" + http.StatusText(status)
@@ -270,7 +270,7 @@ func TestRetriesFailover(t *testing.T) {
 	down := &fakeLLM{status: 503}
 	ok := &fakeLLM{}
 	s1, s2 := startUpstream(t, down), startUpstream(t, ok)
-	env := startGateway(t, deployment([]string{s1.URL, s2.URL}, 2, rec("a", nil)))
+	env := startGateway(t, recDeployment([]string{s1.URL, s2.URL}, 2, rec("a", nil)))
 	c := env.client(option.WithHeader("X-Request-Id", "req-failover"))
 	out, err := c.Chat.Completions.New(context.Background(), chatParams())
 	if err != nil {
@@ -290,7 +290,7 @@ func TestRetriesFailover(t *testing.T) {
 	// Every target down: the last 5xx is wrapped in a 502 upstream_error
 	// naming it, after 1+retries attempts.
 	down.hits.Store(0)
-	env2 := startGateway(t, deployment([]string{s1.URL}, 2, rec("a", nil)))
+	env2 := startGateway(t, recDeployment([]string{s1.URL}, 2, rec("a", nil)))
 	resp, body := env2.post(t, "/openai/v1/chat/completions", "application/json",
 		`{"model":"m","messages":[]}`, map[string]string{"X-Request-Id": "req-all-down"})
 	if resp.StatusCode != 502 || down.hits.Load() != 3 || resp.Header.Get("X-Sluice-Error-Code") != "upstream_error" ||
@@ -308,7 +308,7 @@ func TestRetriesFailover(t *testing.T) {
 	deadURL := dead.URL
 	dead.Close()
 	ok.hits.Store(0)
-	env3 := startGateway(t, deployment([]string{deadURL, s2.URL}, 1))
+	env3 := startGateway(t, recDeployment([]string{deadURL, s2.URL}, 1))
 	resp, _ = env3.post(t, "/openai/v1/chat/completions", "application/json", `{"model":"m","messages":[]}`, nil)
 	if resp.StatusCode != 200 || ok.hits.Load() != 1 {
 		t.Fatalf("connect-error failover: status %d, hits %d", resp.StatusCode, ok.hits.Load())

@@ -5,7 +5,7 @@ import (
 	"net/textproto"
 	"strings"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/policies"
 )
 
@@ -74,7 +74,7 @@ func forwardSet(typ string, extra []string) headerSet {
 
 // upstreamHeader is the header sent upstream: the client's headers that p
 // forwards (never credentials, cookies, OpenAI-Organization/-Project or
-// framing headers: config.UnforwardableHeader), the gateway's request id
+// framing headers: deployment.UnforwardableHeader), the gateway's request id
 // and the provider's credential. Accept-Encoding is not forwarded, so the
 // transport negotiates gzip itself and hands back plain bytes to parse usage
 // from.
@@ -83,7 +83,7 @@ func upstreamHeader(call *policies.Call, p *provider) http.Header {
 	conn := connectionTokens(in)
 	out := make(http.Header, 8)
 	for k, vs := range in {
-		if !p.forward.has(k) || config.UnforwardableHeader(k) != "" || isHopHeader(k, conn) {
+		if !p.forward.has(k) || deployment.UnforwardableHeader(k) != "" || isHopHeader(k, conn) {
 			continue
 		}
 		out[k] = vs

@@ -34,7 +34,7 @@ func (x *exchange) models(rest string) {
 			r.Method+" is not allowed on "+modelsPath+"; use GET"))
 		return
 	}
-	call := x.newCall(rest, nil)
+	call := x.newCall(rest)
 	call.Shared.Endpoint = string(endpointModels)
 	if gerr := x.identify(call); gerr != nil {
 		x.fail(gerr)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/tokencount"
@@ -34,7 +34,7 @@ func TestOutcomeExactlyOnce(t *testing.T) {
 		name     string
 		upstream string
 		timeout  time.Duration
-		chain    []config.PolicyEntry
+		chain    []deployment.PolicyEntry
 		body     string
 		header   map[string]string
 		// wantStatus is the client's status; 0 when the client hangs up.
@@ -57,19 +57,19 @@ func TestOutcomeExactlyOnce(t *testing.T) {
 		{name: "stream cut by upstream", upstream: mock.URL, body: streamBody, header: map[string]string{"x-mock-drop-after": "3"},
 			wantStatus: 200, want: map[string]policies.OutcomeKind{"a": policies.UpstreamFailed, "b": policies.UpstreamFailed}},
 		{name: "panic in request phase", upstream: mock.URL, body: chatBody,
-			chain:      []config.PolicyEntry{rec("a", nil), rec("b", map[string]any{"panic": "request"}), rec("c", nil)},
+			chain:      []deployment.PolicyEntry{rec("a", nil), rec("b", map[string]any{"panic": "request"}), rec("c", nil)},
 			wantStatus: 500, wantCode: "internal_error", wantLog: "policy panicked",
 			want: map[string]policies.OutcomeKind{"a": policies.Failed, "b": policies.Failed}},
 		{name: "panic in response phase", upstream: mock.URL, body: chatBody,
-			chain:      []config.PolicyEntry{rec("a", nil), rec("b", map[string]any{"panic": "response"})},
+			chain:      []deployment.PolicyEntry{rec("a", nil), rec("b", map[string]any{"panic": "response"})},
 			wantStatus: 500, wantCode: "internal_error", wantLog: "policy panicked",
 			want: map[string]policies.OutcomeKind{"a": policies.Failed, "b": policies.Failed}},
 		{name: "panic in stream phase", upstream: mock.URL, body: streamBody,
-			chain:      []config.PolicyEntry{rec("a", map[string]any{"panic": "stream"}), rec("b", nil)},
+			chain:      []deployment.PolicyEntry{rec("a", map[string]any{"panic": "stream"}), rec("b", nil)},
 			wantStatus: 200, wantLog: "policy panicked",
 			want: map[string]policies.OutcomeKind{"a": policies.Failed, "b": policies.Failed}},
 		{name: "rejected by a later policy", upstream: mock.URL, body: chatBody,
-			chain:      []config.PolicyEntry{rec("a", nil), rec("b", map[string]any{"reject": true}), rec("c", nil)},
+			chain:      []deployment.PolicyEntry{rec("a", nil), rec("b", map[string]any{"reject": true}), rec("c", nil)},
 			wantStatus: 403, wantCode: "rec_rejected",
 			want: map[string]policies.OutcomeKind{"a": policies.Rejected, "b": policies.Rejected}},
 	}
@@ -77,11 +77,11 @@ func TestOutcomeExactlyOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			chain := tc.chain
 			if chain == nil {
-				chain = []config.PolicyEntry{rec("a", nil), rec("b", nil)}
+				chain = []deployment.PolicyEntry{rec("a", nil), rec("b", nil)}
 			}
-			d := deployment([]string{tc.upstream}, 0, chain...)
+			d := recDeployment([]string{tc.upstream}, 0, chain...)
 			if tc.timeout > 0 {
-				d.Providers[0].Timeout = config.Duration(tc.timeout)
+				d.Providers[0].Timeout = deployment.Duration(tc.timeout)
 			}
 			env := startGateway(t, d)
 			id := "req-outcome-" + string(rune('a'+i))
@@ -136,7 +136,7 @@ func assertFinals(t *testing.T, finals []finalRecord, want map[string]policies.O
 
 func TestClientDisconnectMidStream(t *testing.T) {
 	srv := startUpstream(t, &fakeLLM{})
-	env := startGateway(t, deployment([]string{srv.URL}, 0, rec("a", nil), rec("b", nil)))
+	env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("a", nil), rec("b", nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, env.base+"/openai/v1/chat/completions", strings.NewReader(streamBody))
@@ -156,7 +156,7 @@ func TestClientDisconnectMidStream(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	srv := startUpstream(t, &fakeLLM{})
-	d := deployment([]string{srv.URL}, 0, rec("a", nil))
+	d := recDeployment([]string{srv.URL}, 0, rec("a", nil))
 	d.Server.MaxRequestBytes = 1024
 	env := startGateway(t, d)
 	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`
@@ -229,7 +229,7 @@ func TestOperationsEndpoints(t *testing.T) {
 		t.Fatalf("/readyz before any config = %d, want 503", s)
 	}
 	srv := startUpstream(t, &fakeLLM{})
-	if err := gw.Apply(deployment([]string{srv.URL}, 0)); err != nil {
+	if err := gw.Apply(recDeployment([]string{srv.URL}, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := get("/readyz"); s != 200 {
@@ -260,9 +260,9 @@ func TestOperationsEndpoints(t *testing.T) {
 // stream, with usage reaching the final phase.
 func TestAnthropicMessages(t *testing.T) {
 	mock := startUpstream(t, mockllm.New(mockllm.Options{Counter: tokencount.New()}))
-	d := deployment([]string{mock.URL}, 0, rec("a", nil))
+	d := recDeployment([]string{mock.URL}, 0, rec("a", nil))
 	d.Providers[0].Type = "anthropic"
-	d.Providers[0].Auth = &config.Auth{Header: "x-api-key", Value: "upstream-key"}
+	d.Providers[0].Auth = &deployment.Auth{Header: "x-api-key", Value: "upstream-key"}
 	env := startGateway(t, d)
 	for _, stream := range []bool{false, true} {
 		id := "req-anthropic-" + map[bool]string{false: "body", true: "stream"}[stream]
@@ -293,7 +293,7 @@ func TestAddedLatencyExcludesUpstream(t *testing.T) {
 		fmt.Fprint(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 	}))
 	reg := prometheus.NewRegistry()
-	env := startGatewayWith(t, deployment([]string{slow.URL}, 0), reg)
+	env := startGatewayWith(t, recDeployment([]string{slow.URL}, 0), reg)
 	c := env.client()
 	if _, err := c.Chat.Completions.New(context.Background(), chatParams()); err != nil {
 		t.Fatal(err)

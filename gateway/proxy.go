@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/deployment"
 	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/llmapi"
@@ -61,6 +62,8 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
 	g.metrics.inflight.Inc()
 	x := &exchange{g: g, w: w, rc: *http.NewResponseController(w), r: r}
+	// Runs last, after the final phase, also when the handler panics.
+	defer x.releaseSnapshot()
 	defer func() {
 		v := recover()
 		if v != nil {
@@ -84,6 +87,14 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		x.record(start)
 	}()
 	x.serve()
+}
+
+// releaseSnapshot drops the request's reference to its snapshot (see
+// lifetime), once nothing of the request runs on it any more.
+func (x *exchange) releaseSnapshot() {
+	if x.snap != nil {
+		x.g.release(x.snap, true)
+	}
 }
 
 // finishAbort guarantees the run's final call on paths that did not finish it.
@@ -115,14 +126,11 @@ func (x *exchange) record(start time.Time) {
 
 // newCall is the policies.Call for x's request, whose path under the route is
 // rest: its SharedContext names x's route, provider and endpoint (set x.rt and
-// x.ep first) and, when llm (the parsed body, nil for none) is set, its model.
-func (x *exchange) newCall(rest string, llm *llmapi.Request) *policies.Call {
+// x.ep first). The body is not read yet: setBody adds it.
+func (x *exchange) newCall(rest string) *policies.Call {
 	r, rt := x.r, x.rt
 	shared := sharedctx.New(x.reqID, rt.name, rt.name, rt.provider.name)
 	shared.Endpoint = string(x.ep)
-	if llm != nil {
-		shared.Model = llm.Model
-	}
 	return &policies.Call{
 		Ctx:    r.Context(),
 		Shared: shared,
@@ -132,7 +140,6 @@ func (x *exchange) newCall(rest string, llm *llmapi.Request) *policies.Call {
 			Header:   r.Header,
 			Query:    r.URL.Query(),
 			RemoteIP: remoteIP(r),
-			LLM:      llm,
 		},
 		ClientHeader: make(http.Header),
 		Started:      x.g.now(),
@@ -147,9 +154,13 @@ func (x *exchange) serve() {
 	}
 	w.Header().Set("X-Request-Id", x.reqID)
 
-	snap := g.snap.Load()
+	snap := g.acquire()
 	if snap == nil {
-		x.fail(gwerror.New(http.StatusServiceUnavailable, gwerror.TypeServer, "not_ready", "the gateway has no configuration loaded yet"))
+		msg := "the gateway has no configuration loaded yet"
+		if g.snap.Load() != nil {
+			msg = "the gateway is shutting down"
+		}
+		x.fail(gwerror.New(http.StatusServiceUnavailable, gwerror.TypeServer, "not_ready", msg))
 		return
 	}
 	x.snap = snap
@@ -219,7 +230,7 @@ func (x *exchange) serve() {
 	}
 	// The caller is identified before its body is read: a request without a
 	// valid key costs the gateway its headers only.
-	x.call = x.newCall(rest, nil)
+	x.call = x.newCall(rest)
 	if gerr := x.identify(x.call); gerr != nil {
 		x.fail(gerr)
 		return
@@ -240,7 +251,9 @@ func (x *exchange) serve() {
 		return
 	}
 	x.call.Request.LLM = llm
-	x.call.Shared.Model = llm.Model
+	// The served model is set here only: every policy reads it from the
+	// SharedContext, never from the body.
+	x.call.Shared.SetServedModel(llm.Model)
 	x.run = rt.chain.Start(x.call)
 	if gerr := x.run.Request(); gerr != nil {
 		x.fail(gerr)
@@ -324,7 +337,7 @@ func asksStreamUsage(typ string, ep llmapi.Endpoint) bool {
 func (x *exchange) forwardFailed(err error) {
 	ctx, p := x.r.Context(), x.rt.provider
 	if ctx.Err() != nil {
-		x.finish(policies.Cancelled, 0, nil, ctx.Err())
+		x.finish(policies.Cancelled, 0, ctx.Err())
 		return
 	}
 	var gerr *gwerror.Error
@@ -337,7 +350,7 @@ func (x *exchange) forwardFailed(err error) {
 			"the upstream provider "+p.name+" is unreachable")
 	}
 	x.fail(gerr)
-	x.finish(policies.UpstreamFailed, gerr.Status, nil, err)
+	x.finish(policies.UpstreamFailed, gerr.Status, err)
 }
 
 // passThroughStatus reports whether an upstream error status is one the
@@ -377,7 +390,7 @@ func (x *exchange) upstreamStatus(resp *http.Response) {
 	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	x.writeHeader(status)
 	_ = x.writeBody(buf.Bytes())
-	x.finish(policies.UpstreamFailed, status, nil, rerr)
+	x.finish(policies.UpstreamFailed, status, rerr)
 }
 
 // upstreamLogBody bounds the part of a wrapped upstream error body that is
@@ -408,7 +421,7 @@ func (x *exchange) wrapUpstreamStatus(resp *http.Response) {
 	// Drain a little so the connection can be reused.
 	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
 	x.fail(gerr)
-	x.finish(policies.UpstreamFailed, gerr.Status, nil, fmt.Errorf("upstream %s answered %d", p.name, status))
+	x.finish(policies.UpstreamFailed, gerr.Status, fmt.Errorf("upstream %s answered %d", p.name, status))
 }
 
 func (x *exchange) body(resp *http.Response) {
@@ -417,14 +430,14 @@ func (x *exchange) body(resp *http.Response) {
 	defer x.g.putBuf(buf)
 	if _, err := readBounded(buf, resp.Body, maxResponseBytes); err != nil {
 		if ctx.Err() != nil {
-			x.finish(policies.Cancelled, 0, nil, ctx.Err())
+			x.finish(policies.Cancelled, 0, ctx.Err())
 			return
 		}
 		x.g.metrics.upstreamErrs.WithLabelValues(x.rt.provider.name, targetOf(resp), reasonStream).Inc()
 		gerr := gwerror.New(http.StatusBadGateway, gwerror.TypeUpstream, gwerror.CodeUpstreamUnavailable,
 			"the upstream response from "+x.rt.provider.name+" was cut short")
 		x.fail(gerr)
-		x.finish(policies.UpstreamFailed, gerr.Status, nil, err)
+		x.finish(policies.UpstreamFailed, gerr.Status, err)
 		return
 	}
 	x.upstreamDone = x.g.now()
@@ -433,14 +446,14 @@ func (x *exchange) body(resp *http.Response) {
 	if err != nil {
 		x.g.log.Debug("no usage in upstream body", "request_id", x.reqID, "error", err)
 	}
-	if usage != nil {
-		x.call.Shared.Metadata[sharedctx.KeyLLMUsage] = usage
-	}
-	presp := &policies.Response{Status: resp.StatusCode, Header: resp.Header, Body: body, Usage: usage}
+	// The request's one usage fact, published before the response phase: the
+	// response and final phases of every policy read it (Shared.Usage).
+	x.call.Shared.SetUsage(usage)
+	presp := &policies.Response{Status: resp.StatusCode, Header: resp.Header, Body: body}
 	if gerr := x.run.Response(presp); gerr != nil {
 		x.fail(gerr)
 		// The upstream work was done: policies settle with its usage.
-		x.finish(policies.Completed, gerr.Status, usage, gerr)
+		x.finish(policies.Completed, gerr.Status, gerr)
 		return
 	}
 	h := x.w.Header()
@@ -451,10 +464,10 @@ func (x *exchange) body(resp *http.Response) {
 	if err := x.writeBody(presp.Body); err != nil {
 		// The provider's usage was read with the body: it stands even though
 		// the client did not take the answer.
-		x.finish(policies.Cancelled, presp.Status, usage, err)
+		x.finish(policies.Cancelled, presp.Status, err)
 		return
 	}
-	x.finish(policies.Completed, presp.Status, usage, nil)
+	x.finish(policies.Completed, presp.Status, nil)
 }
 
 // connDeadlines is what http.ResponseController calls to set deadlines.
@@ -483,7 +496,7 @@ func (x *exchange) setReadDeadline(t time.Time) {
 
 func (x *exchange) writeTimeout() time.Duration {
 	if x.snap == nil {
-		return DefaultWriteTimeout
+		return deployment.DefaultWriteTimeout.D()
 	}
 	return x.snap.writeTimeout
 }
@@ -520,7 +533,7 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	presp := &policies.Response{Status: resp.StatusCode, Header: resp.Header, Stream: true}
 	if gerr := x.run.Response(presp); gerr != nil {
 		x.fail(gerr)
-		x.finish(policies.Completed, gerr.Status, nil, gerr)
+		x.finish(policies.Completed, gerr.Status, gerr)
 		return
 	}
 	h := x.w.Header()
@@ -532,7 +545,7 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	x.extendWrite()
 	if err := x.rc.Flush(); err != nil {
 		resp.Body.Close() // see below
-		x.finish(policies.Cancelled, presp.Status, nil, err)
+		x.finish(policies.Cancelled, presp.Status, err)
 		return
 	}
 
@@ -585,11 +598,9 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		}
 		tracker.Forwarded()
 	}
-	usage := x.streamUsage(tracker)
-	if usage != nil {
-		x.call.Shared.Metadata[sharedctx.KeyLLMUsage] = usage
-	}
-	x.finish(kind, presp.Status, usage, endErr)
+	// The stream's one usage fact, published before the final phase.
+	x.call.Shared.SetUsage(x.streamUsage(tracker))
+	x.finish(kind, presp.Status, endErr)
 	if kind == policies.UpstreamFailed || kind == policies.Failed {
 		// The client must see a broken stream, as it would from the provider:
 		// returning normally would end the chunked body cleanly and pass a
@@ -611,7 +622,7 @@ func (x *exchange) streamUsage(t *llmapi.StreamTracker) *llmapi.Usage {
 	tok := x.g.opts.Services.Tokens
 	var count func(string) int64
 	if tok != nil {
-		model := x.call.Shared.Model
+		model := x.call.Shared.ServedModel()
 		count = func(text string) int64 { return int64(tok.Count(model, text)) }
 	}
 	return t.CountedUsage(count, policies.PromptTokens(x.call, tok))
@@ -631,13 +642,14 @@ func terminalEvent(ev *sse.Event) bool {
 	return false
 }
 
-// finish delivers the outcome (the runner ignores all but the first call).
-// Requests the gateway answers without a run (GET /v1/models) have none.
-func (x *exchange) finish(kind policies.OutcomeKind, status int, usage *llmapi.Usage, err error) {
+// finish delivers the outcome (the runner ignores all but the first call);
+// the usage, if any, was published before (Shared.SetUsage). Requests the
+// gateway answers without a run (GET /v1/models) have none.
+func (x *exchange) finish(kind policies.OutcomeKind, status int, err error) {
 	if x.run == nil {
 		return
 	}
-	x.run.Finish(policies.Outcome{Kind: kind, Status: status, Usage: usage, Err: err})
+	x.run.Finish(policies.Outcome{Kind: kind, Status: status, Err: err})
 }
 
 // fail renders gerr in the client's dialect with the policies' client

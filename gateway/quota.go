@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"sluice/deployment"
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
@@ -56,10 +57,10 @@ func (x *exchange) quota(rest string) {
 			r.Method+" is not allowed on "+quotaPath+"; use GET"))
 		return
 	}
-	call := x.newCall(rest, nil)
+	call := x.newCall(rest)
 	// ?resource=/chat/completions reports the counters of that resource's
 	// entries (resource-attached and per-resource limits).
-	if res := r.URL.Query().Get("resource"); policies.KnownResource(res) {
+	if res := r.URL.Query().Get("resource"); deployment.KnownResource(res) {
 		call.Request.Path = "/v1" + res
 	}
 	if gerr := x.identify(call); gerr != nil {

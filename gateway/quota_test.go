@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"sluice/counter/memory"
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/gwerror"
 	"sluice/internal/proctest"
 	"sluice/mockllm"
@@ -33,7 +33,7 @@ const (
 // startBuiltinGateway serves d with the built-in policies, an in-memory
 // counter store, the embedded price table and the real tokenizer, all on the
 // frozen clock.
-func startBuiltinGateway(t *testing.T, d *config.Deployment) (base string, logs *proctest.Buffer) {
+func startBuiltinGateway(t *testing.T, d *deployment.Deployment) (base string, logs *proctest.Buffer) {
 	t.Helper()
 	now := func() time.Time { return quotaNow }
 	counters := memory.New(memory.Options{Now: now, SweepEvery: -1})
@@ -55,23 +55,23 @@ func startBuiltinGateway(t *testing.T, d *config.Deployment) (base string, logs 
 }
 
 // mockDeployment is one route over the mock upstream with two applications.
-func mockDeployment(upstream string, chain ...config.PolicyEntry) *config.Deployment {
+func mockDeployment(upstream string, chain ...deployment.PolicyEntry) *deployment.Deployment {
 	retries := 0
-	return &config.Deployment{
+	return prepared(&deployment.Deployment{
 		APIVersion: "sluice/v1",
-		Providers: []config.Provider{{Name: "openai", Type: "openai", URL: upstream,
-			Retries: &retries, Timeout: config.Duration(5 * time.Second),
+		Providers: []deployment.Provider{{Name: "openai", Type: "openai", URL: upstream,
+			Retries: &retries, Timeout: deployment.Duration(5 * time.Second),
 			ForwardHeaders: []string{"x-mock-*"}}},
-		Applications: []config.Application{
-			{ID: "app-a", Name: "A", APIKeys: []string{config.HashKey(keyA)}},
-			{ID: "app-b", Name: "B", APIKeys: []string{config.HashKey(keyB)}},
+		Applications: []deployment.Application{
+			{ID: "app-a", Name: "A", APIKeys: []string{deployment.HashKey(keyA)}},
+			{ID: "app-b", Name: "B", APIKeys: []string{deployment.HashKey(keyB)}},
 		},
-		Routes: []config.Route{{Name: "quota-route", Context: "/openai", Provider: "openai", Policies: chain}},
-	}
+		Routes: []deployment.Route{{Name: "quota-route", Context: "/openai", Provider: "openai", Policies: chain}},
+	})
 }
 
-func pe(name string, params map[string]any) config.PolicyEntry {
-	return config.PolicyEntry{Name: name, Version: "v1", Params: params}
+func pe(name string, params map[string]any) deployment.PolicyEntry {
+	return deployment.PolicyEntry{Name: name, Version: "v1", Params: params}
 }
 
 type quotaBody struct {

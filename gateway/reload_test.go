@@ -1,15 +1,14 @@
 package gateway
 
 import (
-	"bufio"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/policies"
 )
 
@@ -49,12 +48,12 @@ func TestHotReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "deploy.yaml")
 	writeFile(t, path, reloadDoc(srv.URL, "old", "/openai", "a"))
-	d, err := config.Load(path)
+	d, err := yamlfile.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := startGateway(t, d)
-	load := func() (*config.Deployment, error) { return config.Load(path) }
+	load := func() (*deployment.Deployment, error) { return yamlfile.Load(path) }
 
 	// Bad files: broken YAML, and a chain that does not build.
 	for _, bad := range []string{
@@ -75,17 +74,7 @@ func TestHotReload(t *testing.T) {
 	}
 
 	// A slow stream in flight on the old configuration.
-	req, _ := http.NewRequest(http.MethodPost, env.base+"/openai/v1/chat/completions", strings.NewReader(streamBody))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", "req-slow")
-	req.Header.Set("x-mock-token-delay-ms", "100")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	readEvents(t, br, 1)
+	br := env.openStream(t, "/openai", "req-slow", 100)
 
 	writeFile(t, path, reloadDoc(srv.URL, "new", "/v2", "b"))
 	if err := env.gw.Reload(load); err != nil {

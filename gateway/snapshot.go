@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/policies"
 )
 
@@ -26,11 +26,15 @@ type snapshot struct {
 	writeTimeout      time.Duration
 	// metricsToken, when set, is the bearer token /metrics requires.
 	metricsToken string
+	// life counts the snapshot's references (lifecycle.go).
+	life lifetime
 }
 
 type route struct {
-	name     string
-	context  string // normalised: leading "/", no trailing "/"; "" for the root
+	name string
+	// context is the route's path prefix as validated: a leading "/", no
+	// trailing "/".
+	context  string
 	provider *provider
 	chain    *policies.Chain
 	// cors is nil when the route sets no cors.
@@ -50,29 +54,26 @@ type provider struct {
 	forward headerSet
 }
 
-func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
+// buildSnapshot builds a snapshot of d, which passed deployment.Validate: it
+// does not check again what Validate checked.
+func (g *Gateway) buildSnapshot(d *deployment.Deployment) (*snapshot, error) {
 	if d == nil {
 		return nil, fmt.Errorf("gateway: nil deployment")
 	}
+	deployment.ApplyDefaults(d)
 	s := &snapshot{
 		maxRequestBytes:   d.Server.MaxRequestBytes,
-		shutdownGrace:     orDefault(d.Server.ShutdownGrace.D(), DefaultShutdownGrace),
-		readHeaderTimeout: orDefault(d.Server.ReadHeaderTimeout.D(), DefaultReadHeaderTimeout),
-		readTimeout:       orDefault(d.Server.ReadTimeout.D(), DefaultReadTimeout),
-		writeTimeout:      orDefault(d.Server.WriteTimeout.D(), DefaultWriteTimeout),
+		shutdownGrace:     d.Server.ShutdownGrace.D(),
+		readHeaderTimeout: d.Server.ReadHeaderTimeout.D(),
+		readTimeout:       d.Server.ReadTimeout.D(),
+		writeTimeout:      d.Server.WriteTimeout.D(),
 		metricsToken:      d.Server.MetricsToken,
-	}
-	if s.maxRequestBytes <= 0 {
-		s.maxRequestBytes = DefaultMaxRequestBytes
 	}
 	providers := make(map[string]*provider, len(d.Providers))
 	for i := range d.Providers {
 		p, err := buildProvider(&d.Providers[i])
 		if err != nil {
 			return nil, err
-		}
-		if _, dup := providers[p.name]; dup {
-			return nil, fmt.Errorf("providers[%d]: duplicate provider name %q", i, p.name)
 		}
 		providers[p.name] = p
 	}
@@ -82,93 +83,38 @@ func (g *Gateway) buildSnapshot(d *config.Deployment) (*snapshot, error) {
 		return nil, err
 	}
 	svc.Keys = keys
-	chains, err := g.opts.BuildChains(d, g.opts.Registry, &svc)
+	chains, err := buildChains(d, g.opts.Registry, &svc)
 	if err != nil {
 		return nil, err
 	}
-	seenCtx := map[string]string{}
 	for i := range d.Routes {
 		rc := &d.Routes[i]
-		p, ok := providers[rc.Provider]
-		if !ok {
-			return nil, fmt.Errorf("routes[%d] (%s): unknown provider %q", i, rc.Name, rc.Provider)
-		}
-		ctx := normContext(rc.Context)
-		if other, dup := seenCtx[ctx]; dup {
-			return nil, fmt.Errorf("routes[%d] (%s): context %q is already used by route %q", i, rc.Name, rc.Context, other)
-		}
-		seenCtx[ctx] = rc.Name
-		ch := chains[rc.Name]
-		if ch == nil {
-			// A route without policies still gets a (empty) chain.
-			ch, err = g.opts.Registry.BuildChain(routeInfo(rc, p), nil, &svc, config.GatewayProvided)
-			if err != nil {
-				return nil, err
-			}
-		}
-		s.routes = append(s.routes, &route{name: rc.Name, context: ctx, provider: p, chain: ch, cors: newCORS(rc.CORS)})
+		s.routes = append(s.routes, &route{name: rc.Name, context: rc.Context, provider: providers[rc.Provider],
+			chain: chains[rc.Name], cors: newCORS(rc.CORS)})
 	}
 	sort.SliceStable(s.routes, func(i, j int) bool { return len(s.routes[i].context) > len(s.routes[j].context) })
 	return s, nil
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
-func routeInfo(rc *config.Route, p *provider) policies.RouteInfo {
-	return policies.RouteInfo{
-		RouteName:    rc.Name,
-		APIName:      rc.Name,
-		Provider:     p.name,
-		ProviderType: p.typ,
-		Attachment:   "route",
-	}
-}
-
-func providerType(t string) string {
-	switch strings.ToLower(t) {
-	case "anthropic":
-		return "anthropic"
-	default:
-		return "openai"
-	}
-}
-
-func buildProvider(pc *config.Provider) (*provider, error) {
+func buildProvider(pc *deployment.Provider) (*provider, error) {
 	p := &provider{
 		name:    pc.Name,
-		typ:     providerType(pc.Type),
-		timeout: time.Duration(pc.Timeout),
-		retries: DefaultRetries,
+		typ:     pc.Type,
+		timeout: pc.Timeout.D(),
+		retries: *pc.Retries,
 	}
 	p.forward = forwardSet(p.typ, pc.ForwardHeaders)
-	if p.timeout <= 0 {
-		p.timeout = DefaultUpstreamTimeout
-	}
-	if pc.Retries != nil {
-		if *pc.Retries < 0 {
-			return nil, fmt.Errorf("provider %q: retries must not be negative", pc.Name)
-		}
-		p.retries = *pc.Retries
-	}
-	if pc.Auth != nil && pc.Auth.Header != "" {
+	if pc.Auth != nil {
 		p.authHeader, p.authValue = pc.Auth.Header, pc.Auth.Value
 	}
 	raw := pc.Targets
-	if len(raw) == 0 && pc.URL != "" {
+	if len(raw) == 0 {
 		raw = []string{pc.URL}
 	}
-	if len(raw) == 0 {
-		return nil, fmt.Errorf("provider %q: url or targets is required", pc.Name)
-	}
 	for _, t := range raw {
-		u, err := url.Parse(strings.TrimSpace(t))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("provider %q: target %q is not an http(s) URL", pc.Name, t)
+		u, err := url.Parse(t)
+		if err != nil {
+			return nil, fmt.Errorf("provider %q: target %q: %w", pc.Name, t, err)
 		}
 		u.Path = strings.TrimSuffix(u.Path, "/")
 		p.targets = append(p.targets, u)
@@ -177,22 +123,10 @@ func buildProvider(pc *config.Provider) (*provider, error) {
 	return p, nil
 }
 
-func normContext(c string) string {
-	c = strings.TrimSpace(c)
-	c = strings.TrimRight(c, "/")
-	if c != "" && !strings.HasPrefix(c, "/") {
-		c = "/" + c
-	}
-	return c
-}
-
 // match returns the route whose context is the longest prefix of path (on a
 // segment boundary) and the rest of the path.
 func (s *snapshot) match(path string) (*route, string) {
 	for _, r := range s.routes {
-		if r.context == "" {
-			return r, path
-		}
 		if strings.HasPrefix(path, r.context) {
 			rest := path[len(r.context):]
 			if rest == "" || rest[0] == '/' {

@@ -36,7 +36,7 @@ func TestBrokenStreamReachesClient(t *testing.T) {
 			if len(tc.chain) > 0 {
 				extra = tc.chain[0]
 			}
-			env := startGateway(t, deployment([]string{srv.URL}, 0, rec("a", extra)))
+			env := startGateway(t, recDeployment([]string{srv.URL}, 0, rec("a", extra)))
 			req, _ := http.NewRequest(http.MethodPost, env.base+"/openai/v1/chat/completions", strings.NewReader(streamBody))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-Request-Id", "req-cut")

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 
+	"sluice/deployment"
 	"sluice/gwerror"
 	"sluice/sse"
 )
@@ -64,6 +65,8 @@ type Chain struct {
 	// to it. A run walks one of them.
 	all   []int
 	views map[string][]int
+	// closed is set by Close (lifecycle.go).
+	closed atomic.Bool
 }
 
 // Entries returns the chain's members in list order (read-only).
@@ -113,8 +116,8 @@ func (c *Chain) index() {
 	if !filtered {
 		return
 	}
-	c.views = make(map[string][]int, len(Resources))
-	for _, r := range Resources {
+	c.views = make(map[string][]int, len(deployment.ResourceNames))
+	for _, r := range deployment.ResourceNames {
 		c.views[r] = c.attached(r)
 	}
 }
@@ -132,9 +135,10 @@ func InstanceID(name, version string, params map[string]any, route string, posit
 }
 
 // BuildChain validates, decodes and constructs specs for route. provided lists
-// the metadata keys the gateway itself writes (e.g. x-llm-usage before the
-// response phase). Errors are *EntryError.
-func (r *Registry) BuildChain(route RouteInfo, specs []EntrySpec, svc *Services, provided []MetaKey) (*Chain, error) {
+// the metadata keys the gateway itself writes (GatewayProvided). Errors are
+// *EntryError; the instances built before the failing entry are closed
+// (Closer) before it returns.
+func (r *Registry) BuildChain(route RouteInfo, specs []EntrySpec, svc *Services, provided []MetaKey) (_ *Chain, err error) {
 	if svc == nil {
 		svc = &Services{}
 	}
@@ -143,13 +147,21 @@ func (r *Registry) BuildChain(route RouteInfo, specs []EntrySpec, svc *Services,
 		logger = slog.Default()
 	}
 	ch := &Chain{entries: make([]Entry, 0, len(specs)), logger: logger}
+	defer func() {
+		if err == nil {
+			return
+		}
+		if cerr := ch.Close(); cerr != nil {
+			logger.Warn("closing the instances of a chain that failed to build", "route", route.RouteName, "error", cerr)
+		}
+	}()
 	for i, s := range specs {
 		if s.Name == "" {
 			return nil, &EntryError{Index: i, Field: "name", Message: "policy name is required"}
 		}
 		version := s.Version
 		if version == "" {
-			version = "v1"
+			version = deployment.DefaultPolicyVersion
 		}
 		d, ok := r.Lookup(s.Name, version)
 		if !ok {

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 
 	"sluice/gwerror"
 	"sluice/policies"
+	"sluice/policies/policytest"
 	"sluice/sharedctx"
 	"sluice/sse"
 )
@@ -109,11 +109,6 @@ func rec(tag string, extra map[string]any) policies.EntrySpec {
 	return policies.EntrySpec{Name: "recorder", Version: "v1", Params: p}
 }
 
-func newCall() *policies.Call {
-	return &policies.Call{Ctx: context.Background(), Shared: sharedctx.New("req-1", "r", "r", "p"),
-		Request: &policies.Request{Header: http.Header{}}, ClientHeader: http.Header{}}
-}
-
 func TestRunnerOrderAndExactlyOnceFinal(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -204,7 +199,7 @@ func TestRunnerOrderAndExactlyOnceFinal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &harness{}
 			ch := h.chain(t, tc.specs...)
-			call := newCall()
+			call := policytest.NewCall(policytest.Req{Route: "r"})
 			if tc.name == "abort on cancelled context" {
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
@@ -234,7 +229,7 @@ func TestRunnerOrderAndExactlyOnceFinal(t *testing.T) {
 func TestRejectedByIndex(t *testing.T) {
 	h := &harness{}
 	ch := h.chain(t, rec("a", nil), rec("b", map[string]any{"reject": true}))
-	run := ch.Start(newCall())
+	run := ch.Start(policytest.NewCall(policytest.Req{Route: "r"}))
 	_ = run.Request()
 	if h.recs[0].last.RejectedBy != 1 || h.recs[1].last.RejectedBy != 1 {
 		t.Fatalf("RejectedBy = %d,%d; want 1,1", h.recs[0].last.RejectedBy, h.recs[1].last.RejectedBy)
@@ -314,26 +309,5 @@ func TestInstanceIDs(t *testing.T) {
 	}
 	if sharedctx.InstanceKey(e[0].Route.InstanceID, "k") == sharedctx.InstanceKey(e[1].Route.InstanceID, "k") {
 		t.Fatal("instance keys collide")
-	}
-}
-
-func TestDurations(t *testing.T) {
-	cases := []struct {
-		in  string
-		ok  bool
-		out string
-	}{
-		{"1m", true, "1m0s"}, {"1h30m", true, "1h30m0s"}, {"1d", true, "24h0m0s"}, {"30d", true, "720h0m0s"},
-		{"0s", false, ""}, {"-1h", false, ""}, {"1x", false, ""}, {"d", false, ""}, {"1.5d", false, ""},
-	}
-	for _, tc := range cases {
-		d, err := policies.ParseDuration(tc.in)
-		if (err == nil) != tc.ok {
-			t.Errorf("%q: err=%v want ok=%v", tc.in, err, tc.ok)
-			continue
-		}
-		if tc.ok && d.String() != tc.out {
-			t.Errorf("%q = %s, want %s", tc.in, d, tc.out)
-		}
 	}
 }

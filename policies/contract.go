@@ -134,12 +134,10 @@ type Request struct {
 type Response struct {
 	Status int
 	Header http.Header
-	// Body is the full body for non-streamed responses, nil for streams.
+	// Body is the full body for non-streamed responses, nil for streams. The
+	// usage extracted from it is the request's usage (Shared.Usage).
 	Body   []byte
 	Stream bool
-	// Usage is the extracted usage for non-streamed responses (nil for streams
-	// until the Final phase, and when the body reports none).
-	Usage *llmapi.Usage
 }
 
 // OutcomeKind classifies how a request ended.
@@ -176,19 +174,15 @@ func (k OutcomeKind) String() string {
 	return "unknown"
 }
 
-// Outcome is the final result of a request, delivered once to each admitted policy.
+// Outcome is the final result of a request, delivered once to each admitted
+// policy. The request's usage is not part of it: usage is one fact,
+// Shared.Usage, which the gateway sets before the final phase.
 type Outcome struct {
 	Kind OutcomeKind
 	// Status is the HTTP status the client got (0 when nothing was sent).
 	Status int
 	// WentUpstream is true when at least one upstream attempt was made.
 	WentUpstream bool
-	// Usage is the request's one usage fact, also published as Metadata
-	// x-llm-usage: the provider's report when it arrived (even if the client
-	// went away after it), else, for a stream, the usage the gateway counted
-	// from the output it forwarded (Usage.Counted, a lower bound); nil when
-	// there is neither. Usage.Complete() tells whether it is exact.
-	Usage *llmapi.Usage
 	// RejectedBy is the index in the chain of the policy that rejected the
 	// request (Kind == Rejected), -1 otherwise. A policy is told it rejected the
 	// request itself when RejectedBy equals its own position.

@@ -5,25 +5,41 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/invopop/jsonschema"
 	sjs "github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"sluice/deployment"
 )
 
 // ParamError is one problem with a policy's params. Path is the location inside
-// the params object (e.g. ["totalTokenLimits", "0", "duration"]); the deployment
-// loader maps it to a file line.
+// the params object (e.g. ["totalTokenLimits", "0", "duration"]); the chain
+// check maps it to the field's file:line.
 type ParamError struct {
 	Path    []string
 	Message string
+	// Kind says whether the problem is a value, or a param name itself (an
+	// unknown or a missing param, reported at its key).
+	Kind ParamErrorKind
 }
+
+// ParamErrorKind classifies a ParamError.
+type ParamErrorKind uint8
+
+const (
+	// BadValue: the value at Path is wrong (Message says why).
+	BadValue ParamErrorKind = iota
+	// UnknownParam: Path names a param the policy does not have.
+	UnknownParam
+	// MissingParam: Path names a required param that is absent.
+	MissingParam
+)
 
 func (e *ParamError) Error() string {
 	if len(e.Path) == 0 {
@@ -73,7 +89,17 @@ func Reflector() *jsonschema.Reflector {
 		DoNotReference:             true,
 		ExpandedStruct:             true,
 		Anonymous:                  true,
+		Mapper:                     durationSchema,
 	}
+}
+
+// durationSchema is the schema of a Duration: a string of its syntax.
+func durationSchema(t reflect.Type) *jsonschema.Schema {
+	if t != durationType {
+		return nil
+	}
+	return &jsonschema.Schema{Type: "string", Pattern: deployment.DurationPattern,
+		Description: `A positive duration: "30s", "1m", "1h", "24h", or whole days "1d".`}
 }
 
 // SchemaJSON returns the params JSON Schema for d. comments, when non-nil,
@@ -161,12 +187,13 @@ func (r *Registry) DecodeParams(d *Definition, raw map[string]any) (any, error) 
 		return nil, ParamErrors{{Message: err.Error()}}
 	}
 	out := d.NewParams()
+	// Unknown keys are collected in md.Unused (with their paths), not
+	// reported as an error whose text would have to be parsed.
 	var md mapstructure.Metadata
 	mdec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		TagName:     "json",
-		ErrorUnused: true,
-		Metadata:    &md,
-		Result:      out,
+		TagName:  "json",
+		Metadata: &md,
+		Result:   out,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			durationHook,
 			mapstructure.TextUnmarshallerHookFunc(),
@@ -175,8 +202,8 @@ func (r *Registry) DecodeParams(d *Definition, raw map[string]any) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := mdec.Decode(generic); err != nil {
-		return nil, decodeErrors(err)
+	if errs := decodeErrors(mdec.Decode(generic), md.Unused); len(errs) > 0 {
+		return nil, errs
 	}
 	if v, ok := out.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
@@ -194,23 +221,45 @@ func (r *Registry) DecodeParams(d *Definition, raw map[string]any) (any, error) 
 	return out, nil
 }
 
+// validationErrors lists the schema's leaf problems. Unknown and missing
+// properties become one UnknownParam or MissingParam per name, a Duration
+// that does not match its pattern says why in ParseDuration's words, and the
+// containers' "validation failed" are left out when a leaf says more.
 func validationErrors(ve *sjs.ValidationError) ParamErrors {
-	var out ParamErrors
+	var out, containers ParamErrors
 	seen := map[string]bool{}
 	var walk func(u *sjs.OutputUnit)
 	walk = func(u *sjs.OutputUnit) {
 		if u.Error != nil && len(u.Errors) == 0 {
-			if ap, ok := u.Error.Kind.(*kind.AdditionalProperties); ok {
-				for _, prop := range ap.Properties {
-					out = append(out, &ParamError{Path: append(pointerPath(u.InstanceLocation), prop), Message: "unknown parameter"})
+			at := pointerPath(u.InstanceLocation)
+			switch k := u.Error.Kind.(type) {
+			case *kind.AdditionalProperties:
+				for _, prop := range k.Properties {
+					out = append(out, &ParamError{Path: append(slices.Clip(at), prop), Message: "unknown parameter", Kind: UnknownParam})
+				}
+				return
+			case *kind.Required:
+				for _, prop := range k.Missing {
+					out = append(out, &ParamError{Path: append(slices.Clip(at), prop), Message: "required parameter", Kind: MissingParam})
 				}
 				return
 			}
 			msg := u.Error.String()
+			if p, ok := u.Error.Kind.(*kind.Pattern); ok && p.Want == deployment.DurationPattern {
+				if _, err := deployment.ParseDuration(p.Got); err != nil {
+					msg = err.Error()
+				}
+			}
 			key := u.InstanceLocation + "|" + msg
 			if !seen[key] {
 				seen[key] = true
-				out = append(out, &ParamError{Path: pointerPath(u.InstanceLocation), Message: msg})
+				pe := &ParamError{Path: at, Message: msg}
+				switch u.Error.Kind.(type) {
+				case *kind.Group, *kind.Reference:
+					containers = append(containers, pe)
+				default:
+					out = append(out, pe)
+				}
 			}
 		}
 		for i := range u.Errors {
@@ -218,6 +267,9 @@ func validationErrors(ve *sjs.ValidationError) ParamErrors {
 		}
 	}
 	walk(ve.BasicOutput())
+	if len(out) == 0 {
+		out = containers
+	}
 	if len(out) == 0 {
 		out = append(out, &ParamError{Message: ve.Error()})
 	}
@@ -237,32 +289,40 @@ func pointerPath(ptr string) []string {
 	return parts
 }
 
-// decodeErrors turns mapstructure's messages ("'a[0].b' expected type ...",
-// "” has invalid keys: x") into ParamErrors with paths.
-func decodeErrors(err error) ParamErrors {
+// decodeErrors lists mapstructure's problems: each *mapstructure.DecodeError
+// in err's tree at its field name ("a[0].b"), and each unused (unknown) key
+// of its metadata. mapstructure records a struct's unused keys only when its
+// values decoded; the schema, which rejects unknown keys of every params
+// struct (additionalProperties: false) but those with a custom schema, has
+// reported them before.
+func decodeErrors(err error, unused []string) ParamErrors {
 	var out ParamErrors
-	for _, line := range strings.Split(err.Error(), "\n") {
-		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
-		if line == "" || strings.HasPrefix(line, "decoding failed") || strings.HasSuffix(line, "error(s) decoding:") {
-			continue
-		}
-		var path []string
-		if strings.HasPrefix(line, "'") {
-			if end := strings.Index(line[1:], "'"); end >= 0 {
-				path = fieldPath(line[1 : 1+end])
-				line = strings.TrimSpace(line[end+2:])
+	var walk func(error)
+	walk = func(err error) {
+		if de, ok := err.(*mapstructure.DecodeError); ok {
+			msg := de.Error()
+			if inner := de.Unwrap(); inner != nil {
+				msg = inner.Error()
 			}
+			out = append(out, &ParamError{Path: fieldPath(de.Name()), Message: msg})
+			return
 		}
-		if i := strings.Index(line, "has invalid keys: "); i >= 0 {
-			for _, k := range strings.Split(line[i+len("has invalid keys: "):], ", ") {
-				out = append(out, &ParamError{Path: append(append([]string(nil), path...), k), Message: "unknown parameter"})
+		switch x := err.(type) {
+		case nil:
+		case interface{ Unwrap() []error }:
+			for _, e := range x.Unwrap() {
+				walk(e)
 			}
-			continue
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap())
+		default:
+			out = append(out, &ParamError{Message: err.Error()})
 		}
-		out = append(out, &ParamError{Path: path, Message: line})
 	}
-	if len(out) == 0 {
-		out = append(out, &ParamError{Message: err.Error()})
+	walk(err)
+	sort.Strings(unused)
+	for _, k := range unused {
+		out = append(out, &ParamError{Path: fieldPath(k), Message: "unknown parameter", Kind: UnknownParam})
 	}
 	return out
 }
@@ -276,60 +336,10 @@ func fieldPath(s string) []string {
 	return strings.Split(s, ".")
 }
 
-// Duration is a params duration: Go syntax ("90s", "1h30m") or whole days
-// ("1d", "30d"). It is a string in the JSON Schema.
-type Duration time.Duration
-
-// D returns d as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// ParseDuration parses a params duration; it must be positive.
-func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if n, ok := strings.CutSuffix(s, "d"); ok && n != "" && !strings.ContainsAny(n, "hmsuµn") {
-		days, err := strconv.Atoi(n)
-		if err != nil || days <= 0 {
-			return 0, fmt.Errorf("invalid duration %q: want a positive whole number of days like \"1d\"", s)
-		}
-		return time.Duration(days) * 24 * time.Hour, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q: want Go syntax like \"1m\", \"1h\" or days like \"1d\"", s)
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("invalid duration %q: must be positive", s)
-	}
-	return d, nil
-}
-
-// DurationPattern is the schema pattern of Duration strings.
-const DurationPattern = `^([0-9]+d|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
-
-// JSONSchema implements jsonschema's custom schema hook.
-func (Duration) JSONSchema() *jsonschema.Schema {
-	return &jsonschema.Schema{Type: "string", Pattern: DurationPattern,
-		Description: `A positive duration: "30s", "1m", "1h", "24h", or whole days "1d".`}
-}
-
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalJSON writes the duration as a Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON accepts the params syntax.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	v, err := ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
+// Duration is the duration of params: deployment.Duration, the one duration
+// type of the document, so a params struct and the document read "1d" alike.
+// It is a string in the JSON Schema (Reflector).
+type Duration = deployment.Duration
 
 var durationType = reflect.TypeOf(Duration(0))
 
@@ -341,7 +351,7 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("expected a duration string like \"1h\", got %v", data)
 	}
-	v, err := ParseDuration(s)
+	v, err := deployment.ParseDuration(s)
 	if err != nil {
 		return nil, err
 	}

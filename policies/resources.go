@@ -1,25 +1,14 @@
 package policies
 
-import "strings"
+import (
+	"strings"
 
-// Resources are the resource names of the proxied endpoints: the endpoint
-// path without the /v1 prefix. Entries may be attached to some of them only
-// (ResourceFilter), and limit policies may keep one counter per resource.
-var Resources = []string{"/chat/completions", "/completions", "/embeddings", "/responses", "/messages"}
-
-// KnownResource reports whether r is one of Resources.
-func KnownResource(r string) bool {
-	for _, k := range Resources {
-		if k == r {
-			return true
-		}
-	}
-	return false
-}
+	"sluice/deployment"
+)
 
 // ResourceOf is the resource of an upstream path: "/v1/chat/completions"
 // and "/v1/chat/completions/" are "/chat/completions". A path outside /v1 is
-// its own resource (never one of Resources).
+// its own resource (never one of deployment.ResourceNames).
 func ResourceOf(path string) string {
 	p := strings.TrimSuffix(path, "/")
 	if rest, ok := strings.CutPrefix(p, "/v1/"); ok {
@@ -71,7 +60,7 @@ func (f *ResourceFilter) covers(g *ResourceFilter) bool {
 	if f == nil {
 		return true
 	}
-	for _, r := range Resources {
+	for _, r := range deployment.ResourceNames {
 		if g.Matches(r) && !f.Matches(r) {
 			return false
 		}

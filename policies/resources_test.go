@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"sluice/policies"
+	"sluice/policies/policytest"
 	"sluice/sse"
 )
 
@@ -36,7 +37,7 @@ func TestRunnerSkipsEntriesOfOtherResources(t *testing.T) {
 				onResources(rec("chat", nil), &policies.ResourceFilter{Include: []string{"/chat/completions"}}),
 				onResources(rec("notemb", nil), &policies.ResourceFilter{Exclude: []string{"/embeddings"}}),
 			)
-			call := newCall()
+			call := policytest.NewCall(policytest.Req{Route: "r"})
 			call.Request.Path = tt.path
 			run := ch.Start(call)
 			if err := run.Request(); err != nil {
@@ -68,7 +69,7 @@ func TestRunnerRejectionWithFilters(t *testing.T) {
 		rec("deny", map[string]any{"reject": true}),
 		rec("never", nil),
 	)
-	call := newCall()
+	call := policytest.NewCall(policytest.Req{Route: "r"})
 	call.Request.Path = "/v1/chat/completions"
 	run := ch.Start(call)
 	if gerr := run.Request(); gerr == nil {

@@ -9,18 +9,23 @@ package sharedctx
 
 // Documented metadata keys exchanged between policies. Each policy definition
 // declares which of these it reads and writes; the chain loader checks the order.
+// The usage and the cost are facts with one writer each, set and read only
+// through their accessors (SetUsage and Usage, SetCost, CostMicroUSD and
+// CostStatus).
 const (
 	// KeyApplicationID is written by api-key-auth after a successful lookup (string).
 	KeyApplicationID = "x-application-id"
-	// KeyLLMCost is written by llm-cost: the request's cost in USD (float64).
+	// KeyLLMCost is written by llm-cost (SetCost): the request's cost in
+	// micro-USD (MicroUSD), rounded up.
 	KeyLLMCost = "x-llm-cost"
-	// KeyLLMCostStatus is written by llm-cost: "calculated" (priced from the
-	// provider's usage), "estimated" (priced from usage the gateway counted: a
-	// lower bound), "unpriced" (model not in the catalog) or "no_usage" (no
-	// usage to price).
+	// KeyLLMCostStatus is written by llm-cost (SetCost): "calculated" (priced
+	// from the provider's usage), "estimated" (priced from usage the gateway
+	// counted: a lower bound), "unpriced" (model not in the catalog) or
+	// "no_usage" (no usage to price).
 	KeyLLMCostStatus = "x-llm-cost-status"
-	// KeyLLMUsage is written by the gateway before the response and final phases:
-	// the normalised usage (*llmapi.Usage) extracted from the upstream response.
+	// KeyLLMUsage is written by the gateway (SetUsage) before the response
+	// phase of a body and before the final phase: the normalised usage
+	// (*llmapi.Usage) of the upstream response.
 	KeyLLMUsage = "x-llm-usage"
 )
 
@@ -54,8 +59,8 @@ type SharedContext struct {
 	Provider  string
 	// Endpoint is the proxied operation, e.g. "chat.completions", "messages".
 	Endpoint string
-	// Model is the model named in the request body ("" when absent).
-	Model string
+	// model is the served model (ServedModel).
+	model string
 
 	Auth AuthContext
 	// Metadata is the exchange map between policies. Keys are the documented
@@ -98,7 +103,8 @@ func (c *SharedContext) String(key string) string {
 	return s
 }
 
-// Float returns Metadata[key] as a float64 and whether it was present and numeric.
+// Float returns Metadata[key] as a float64 and whether it was present and
+// numeric. The cost (x-llm-cost) is read with CostMicroUSD, not here.
 func (c *SharedContext) Float(key string) (float64, bool) {
 	switch v := c.Metadata[key].(type) {
 	case float64:

@@ -1,6 +1,8 @@
-// Command gatewayprof runs a gateway in-process from a deployment file, built
-// through the gateway package's public API, with net/http/pprof on a separate
-// loopback address. It exists to profile the data plane under load
+// Command gatewayprof runs a gateway in-process from a deployment file,
+// assembled by the wiring (internal/app) with the services `sluice gateway`
+// gets (the counter store of the file's counters section, the pricing
+// catalog, the tokenizer), with net/http/pprof on a separate loopback
+// address. It exists to profile the data plane under load
 // (docs/benchmarks.md); benchmark figures come from the real `sluice gateway`.
 package main
 
@@ -15,12 +17,9 @@ import (
 	"os"
 	"time"
 
-	"sluice/gateway"
-	"sluice/gateway/config"
+	"sluice/deployment/yamlfile"
+	"sluice/internal/app"
 	"sluice/internal/serve"
-	"sluice/policies"
-	"sluice/policies/builtin"
-	"sluice/tokencount"
 )
 
 func main() {
@@ -36,28 +35,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	dep, err := config.Load(*cfg)
+	dep, err := yamlfile.Load(*cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "gatewayprof: %v\n", err)
 		return 1
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	gw, err := gateway.New(gateway.Options{
-		Registry: builtin.Registry(),
-		Logger:   logger,
-		Services: policies.Services{Tokens: tokencount.New()},
-		KeyIndex: func(d *config.Deployment) (policies.KeyIndex, error) {
-			return config.NewKeyIndex(d), nil
-		},
-		BuildChains: config.BuildChains,
-	})
-	if err == nil {
-		err = gw.Apply(dep)
-	}
+	gw, err := app.NewGateway(dep, app.GatewayOptions{Services: app.Services{Logger: logger}})
 	if err != nil {
 		fmt.Fprintf(stderr, "gatewayprof: %v\n", err)
 		return 1
 	}
+	defer gw.Close()
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

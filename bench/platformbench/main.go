@@ -26,13 +26,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"sluice/counter/memory"
-	"sluice/gateway"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/gateway/pull"
-	"sluice/platform/deploymentdoc"
+	"sluice/internal/app"
 	"sluice/platform/generate"
-	"sluice/policies"
-	"sluice/policies/builtin"
 	"sluice/pricing"
 	"sluice/tokencount"
 )
@@ -422,12 +423,12 @@ func loadDeployment(apps, providers int) error {
 		id := fmt.Sprintf("prv-%04d", i)
 		ids = append(ids, id)
 		s.Providers = append(s.Providers, generate.Provider{ID: id, Name: fmt.Sprintf("provider-%d", i), Type: "openai",
-			URL: "http://127.0.0.1:9000", Auth: &deploymentdoc.Auth{Header: "Authorization", Value: "Bearer sk-upstream"}, RateLimits: rl,
+			URL: "http://127.0.0.1:9000", Auth: &deployment.Auth{Header: "Authorization", Value: "Bearer sk-upstream"}, RateLimits: rl,
 			Guardrails: []generate.Guardrail{{ID: "g", Name: "model-access", Version: "v1", Params: map[string]any{"allow": []any{"gpt-4o*"}}}}})
 	}
 	for i := range apps {
 		s.Applications = append(s.Applications, generate.Application{ID: fmt.Sprintf("app-%05d", i), Name: fmt.Sprintf("application %d", i),
-			Providers: ids, Keys: []generate.Key{{ID: fmt.Sprintf("key-%05d", i), Hash: deploymentdoc.HashKey(fmt.Sprintf("k%d", i))}}})
+			Providers: ids, Keys: []generate.Key{{ID: fmt.Sprintf("key-%05d", i), Hash: deployment.HashKey(fmt.Sprintf("k%d", i))}}})
 	}
 	t0 := time.Now()
 	res, err := generate.Generate(s)
@@ -435,7 +436,7 @@ func loadDeployment(apps, providers int) error {
 		return err
 	}
 	t1 := time.Now()
-	y, err := deploymentdoc.Loadable(res.Deployment)
+	y, err := yamlfile.Loadable(res.Deployment)
 	if err != nil {
 		return err
 	}
@@ -449,16 +450,19 @@ func loadDeployment(apps, providers int) error {
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Options{Registry: builtin.Registry(), Logger: slog.New(slog.DiscardHandler),
-		Services: policies.Services{Counters: memory.New(memory.Options{}), Pricing: cat, Tokens: tokencount.New(), Now: time.Now}})
+	counters := memory.New(memory.Options{})
+	defer counters.Close()
+	svc := app.Services{Logger: slog.New(slog.DiscardHandler), Counters: counters, Pricing: cat, Tokens: tokencount.New(),
+		Metrics: prometheus.NewRegistry()}
+	// The services are built before t4: what is timed is the gateway's
+	// construction (microseconds) and the apply.
+	t4 := time.Now()
+	gw, err := app.NewGateway(d, app.GatewayOptions{Services: svc})
 	if err != nil {
 		return err
 	}
-	t4 := time.Now()
-	if err := gw.Apply(d); err != nil {
-		return err
-	}
 	t5 := time.Now()
+	defer gw.Close()
 	entries := 0
 	for _, r := range d.Routes {
 		entries += len(r.Policies)

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment/demo"
 	"sluice/internal/proctest"
 	"sluice/mockllm"
 )
@@ -99,7 +99,7 @@ func TestGatewayDemoWithRealKey(t *testing.T) {
 		t.Fatalf("the provider key is logged:\n%s", gw.Stderr())
 	}
 
-	if status, body := chat(t, gw.URL, config.DemoKey, "gpt-4o-mini"); status != http.StatusUnauthorized {
+	if status, body := chat(t, gw.URL, demo.Key, "gpt-4o-mini"); status != http.StatusUnauthorized {
 		t.Fatalf("the public demo key: %d %s, want 401", status, body)
 	}
 	if n := len(fake.seen()); n != 0 {

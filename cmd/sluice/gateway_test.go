@@ -17,7 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/demo"
 	"sluice/internal/proctest"
 )
 
@@ -71,7 +72,7 @@ routes:
         version: v1
         params:
           allow: [%s]
-`, upstream, config.HashKey(testKey), strings.Join(quoted, ", "))
+`, upstream, deployment.HashKey(testKey), strings.Join(quoted, ", "))
 	if extraParam != "" {
 		doc += "          " + extraParam + "\n"
 	}
@@ -268,7 +269,7 @@ func TestGatewayProcess(t *testing.T) {
 // mock upstream on 127.0.0.1:9000, with the demo key.
 func TestGatewayDefaultDeployment(t *testing.T) {
 	bin := sluiceBinary(t) // skips with -short before probing the port
-	mockAddr := strings.TrimPrefix(config.MockUpstreamURL, "http://")
+	mockAddr := strings.TrimPrefix(demo.MockUpstreamURL, "http://")
 	if ln, err := net.Listen("tcp", mockAddr); err != nil {
 		t.Skipf("%s is busy (%v); the default deployment's mock upstream needs it", mockAddr, err)
 	} else {
@@ -283,7 +284,7 @@ func TestGatewayDefaultDeployment(t *testing.T) {
 	gw := proctest.Start(t, bin, proctest.Spec{Name: "gateway (default)", Env: env, ReadyPath: "/readyz",
 		Args: []string{"gateway", "--listen", "127.0.0.1:0"}})
 
-	status, body := chat(t, gw.URL, config.DemoKey, "gpt-4o-mini")
+	status, body := chat(t, gw.URL, demo.Key, "gpt-4o-mini")
 	if status != 200 || !strings.Contains(body, `"content":"tok tok tok "`) || !strings.Contains(body, `"completion_tokens":3`) {
 		t.Fatalf("chat with the demo key: %d %s", status, body)
 	}

@@ -2,21 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
+	"sluice/internal/app"
 	"sluice/platform"
-	"sluice/policies/builtin"
-	"sluice/webui"
 )
 
 // platformOptions are the flags `sluice platform` and `sluice serve` share.
@@ -39,47 +35,14 @@ func addPlatformFlags(fs *flag.FlagSet, database bool) platformOptions {
 	return o
 }
 
-// openPlatform opens the platform of o, writing the one-time admin token
-// message to stdout.
+// open opens the platform of o, writing the one-time admin token message to
+// stdout.
 func (o platformOptions) open(ctx context.Context, logger *slog.Logger, stdout io.Writer) (*platform.Platform, error) {
-	if *o.database != "" && os.Getenv("SLUICE_SECRET_KEY") == "" {
-		logger.Warn("PostgreSQL without SLUICE_SECRET_KEY: upstream keys are sealed with the key file in the data directory; every platform replica needs the same key", "data", *o.data)
-	}
-	console, err := webui.NewHandler(webui.Build())
-	if err != nil {
-		return nil, err
-	}
-	return platform.Open(ctx, platform.Options{
+	return app.OpenPlatform(ctx, app.PlatformOptions{
 		DataDir: *o.data, DatabaseURL: *o.database,
 		AdminToken: os.Getenv("SLUICE_ADMIN_TOKEN"), SecretKey: os.Getenv("SLUICE_SECRET_KEY"),
-		Announce: stdout, Registry: builtin.Registry(), Logger: logger, Console: console,
+		Announce: stdout, Logger: logger,
 	})
-}
-
-// servePlatform serves p's API on ln until ctx is done. Request contexts
-// end with ctx, so waiting long polls answer at once on shutdown.
-func servePlatform(ctx context.Context, p *platform.Platform, ln net.Listener, logger *slog.Logger) error {
-	srv := &http.Server{
-		Handler:           p.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }
 
 func cmdPlatform(args []string, stdout, stderr io.Writer) int {
@@ -109,7 +72,7 @@ func cmdPlatform(args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("platform listening", "addr", ln.Addr().String(), "api", "/api/v1")
 	fmt.Fprintf(stdout, "sluice platform listening on http://%s\nsluice console: http://%s/\n", ln.Addr(), ln.Addr())
-	if err := servePlatform(ctx, p, ln, logger); err != nil {
+	if err := app.ServePlatform(ctx, p, ln, logger); err != nil {
 		logger.Error("platform stopped", "error", err)
 		return 1
 	}

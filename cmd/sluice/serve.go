@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"sluice/gateway/pull"
+	"sluice/internal/app"
 	"sluice/platform"
 	"sluice/platform/delivery"
 )
@@ -61,7 +62,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := servePlatform(platformCtx, p, ln, logger); err != nil {
+		if err := app.ServePlatform(platformCtx, p, ln, logger); err != nil {
 			logger.Error("platform API stopped", "error", err)
 			stop()
 		}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
+	"sluice/policies"
 	"sluice/policies/builtin"
 )
 
@@ -22,9 +24,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	file := args[0]
-	d, err := config.LoadAndCheck(file, builtin.Registry())
+	d, err := yamlfile.LoadChecked(file, policies.NewChecker(builtin.Registry()).CheckChains)
 	if err != nil {
-		var errs config.Errors
+		var errs deployment.Errors
 		if errors.As(err, &errs) {
 			for _, e := range errs {
 				fmt.Fprintln(stderr, e)

@@ -25,7 +25,7 @@ import (
 	"sluice/counter"
 	"sluice/counter/memory"
 	"sluice/counter/redisstore"
-	"sluice/gateway/config"
+	"sluice/deployment"
 )
 
 // Backend names, as written in counters.backend.
@@ -51,7 +51,7 @@ type Options struct {
 // store connects lazily, so New succeeds while Redis is down (its failure
 // mode then applies per call); it fails on a configuration it cannot use.
 // The caller owns the store and must Close it.
-func New(c config.Counters, opts Options) (counter.Store, error) {
+func New(c deployment.Counters, opts Options) (counter.Store, error) {
 	switch c.Backend {
 	case "", Memory:
 		return memory.New(memory.Options{Now: opts.Now}), nil
@@ -69,7 +69,7 @@ func New(c config.Counters, opts Options) (counter.Store, error) {
 
 // Equal reports whether a and b select the same store with the same settings.
 // An empty backend equals "memory"; the redis section is ignored for memory.
-func Equal(a, b config.Counters) bool {
+func Equal(a, b deployment.Counters) bool {
 	if backend(a) != backend(b) {
 		return false
 	}
@@ -77,7 +77,7 @@ func Equal(a, b config.Counters) bool {
 		return true
 	}
 	x, y := a.Redis, b.Redis
-	// reflect, not a field list, so a field added to config.Redis later is
+	// reflect, not a field list, so a field added to deployment.Redis later is
 	// compared too. nil and empty addrs mean the same.
 	if len(x.Addrs) == 0 && len(y.Addrs) == 0 {
 		x.Addrs, y.Addrs = nil, nil
@@ -85,7 +85,7 @@ func Equal(a, b config.Counters) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-func backend(c config.Counters) string {
+func backend(c deployment.Counters) string {
 	if c.Backend == "" {
 		return Memory
 	}
@@ -95,7 +95,7 @@ func backend(c config.Counters) string {
 // Describe is the store c selects, as log attributes without credentials:
 // the backend and, for redis, the address(es) (a URL without its user
 // information), cluster mode, key prefix and failure mode.
-func Describe(c config.Counters) []any {
+func Describe(c deployment.Counters) []any {
 	if backend(c) == Memory {
 		return []any{"backend", Memory, "scope", "this process only"}
 	}
@@ -115,7 +115,7 @@ func Describe(c config.Counters) []any {
 
 // redisOptions maps the deployment's counters.redis section to the Redis
 // store's Options; New adds the services (Logger, Metrics, Now).
-func redisOptions(c config.Redis) redisstore.Options {
+func redisOptions(c deployment.Redis) redisstore.Options {
 	return redisstore.Options{
 		URL:          c.URL,
 		Addrs:        c.Addrs,

@@ -12,37 +12,37 @@ import (
 	"sluice/counter/counterconfig"
 	"sluice/counter/memory"
 	"sluice/counter/redisstore"
-	"sluice/gateway/config"
+	"sluice/deployment"
 	"sluice/internal/redistest"
 )
 
 func TestNew(t *testing.T) {
 	url := redistest.URL(t)
-	redisCfg := func(mut func(*config.Redis)) config.Counters {
-		r := config.Redis{URL: url, KeyPrefix: redistest.KeyPrefix(t), FailureMode: "closed"}
+	redisCfg := func(mut func(*deployment.Redis)) deployment.Counters {
+		r := deployment.Redis{URL: url, KeyPrefix: redistest.KeyPrefix(t), FailureMode: "closed"}
 		if mut != nil {
 			mut(&r)
 		}
-		return config.Counters{Backend: "redis", Redis: r}
+		return deployment.Counters{Backend: "redis", Redis: r}
 	}
 	tests := []struct {
 		name    string
-		cfg     config.Counters
+		cfg     deployment.Counters
 		want    string // "memory" or "redis"
 		wantErr string
 	}{
-		{name: "empty backend is memory", cfg: config.Counters{}, want: "memory"},
-		{name: "memory", cfg: config.Counters{Backend: "memory"}, want: "memory"},
-		{name: "memory ignores a redis section", cfg: config.Counters{Backend: "memory", Redis: config.Redis{URL: "redis://nowhere:1"}}, want: "memory"},
+		{name: "empty backend is memory", cfg: deployment.Counters{}, want: "memory"},
+		{name: "memory", cfg: deployment.Counters{Backend: "memory"}, want: "memory"},
+		{name: "memory ignores a redis section", cfg: deployment.Counters{Backend: "memory", Redis: deployment.Redis{URL: "redis://nowhere:1"}}, want: "memory"},
 		{name: "redis url", cfg: redisCfg(nil), want: "redis"},
-		{name: "redis addrs", cfg: redisCfg(func(r *config.Redis) {
+		{name: "redis addrs", cfg: redisCfg(func(r *deployment.Redis) {
 			r.Addrs, r.URL = []string{strings.TrimSuffix(strings.TrimPrefix(url, "redis://"), "/0")}, ""
 		}), want: "redis"},
-		{name: "unknown backend", cfg: config.Counters{Backend: "etcd"}, wantErr: `unknown backend "etcd"`},
-		{name: "redis without address", cfg: config.Counters{Backend: "redis"}, wantErr: "url or addrs required"},
-		{name: "redis url and addrs", cfg: redisCfg(func(r *config.Redis) { r.Addrs = []string{"127.0.0.1:1"} }), wantErr: "not both"},
-		{name: "redis bad failure mode", cfg: redisCfg(func(r *config.Redis) { r.FailureMode = "maybe" }), wantErr: `failureMode "maybe"`},
-		{name: "redis bad url", cfg: redisCfg(func(r *config.Redis) { r.URL = "http://x" }), wantErr: "url"},
+		{name: "unknown backend", cfg: deployment.Counters{Backend: "etcd"}, wantErr: `unknown backend "etcd"`},
+		{name: "redis without address", cfg: deployment.Counters{Backend: "redis"}, wantErr: "url or addrs required"},
+		{name: "redis url and addrs", cfg: redisCfg(func(r *deployment.Redis) { r.Addrs = []string{"127.0.0.1:1"} }), wantErr: "not both"},
+		{name: "redis bad failure mode", cfg: redisCfg(func(r *deployment.Redis) { r.FailureMode = "maybe" }), wantErr: `failureMode "maybe"`},
+		{name: "redis bad url", cfg: redisCfg(func(r *deployment.Redis) { r.URL = "http://x" }), wantErr: "url"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,7 +101,7 @@ func TestNew(t *testing.T) {
 // fixed window admits again once the injected clock passes the window's end.
 func TestNewMemoryUsesClock(t *testing.T) {
 	now := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
-	s, err := counterconfig.New(config.Counters{}, counterconfig.Options{Now: func() time.Time { return now }})
+	s, err := counterconfig.New(deployment.Counters{}, counterconfig.Options{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +123,8 @@ func TestNewMemoryUsesClock(t *testing.T) {
 }
 
 func TestEqual(t *testing.T) {
-	base := config.Counters{Backend: "redis", Redis: config.Redis{URL: "redis://a:1/0", KeyPrefix: "p:", FailureMode: "open"}}
-	with := func(mut func(*config.Counters)) config.Counters {
+	base := deployment.Counters{Backend: "redis", Redis: deployment.Redis{URL: "redis://a:1/0", KeyPrefix: "p:", FailureMode: "open"}}
+	with := func(mut func(*deployment.Counters)) deployment.Counters {
 		c := base
 		c.Redis.Addrs = append([]string(nil), base.Redis.Addrs...)
 		mut(&c)
@@ -132,20 +132,20 @@ func TestEqual(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		a, b config.Counters
+		a, b deployment.Counters
 		want bool
 	}{
-		{"identical", base, with(func(*config.Counters) {}), true},
-		{"empty is memory", config.Counters{}, config.Counters{Backend: "memory"}, true},
-		{"memory ignores redis section", config.Counters{Backend: "memory"}, config.Counters{Backend: "memory", Redis: config.Redis{URL: "redis://x:1"}}, true},
-		{"nil and empty addrs", base, with(func(c *config.Counters) { c.Redis.Addrs = []string{} }), true},
-		{"backend", base, with(func(c *config.Counters) { c.Backend = "memory" }), false},
-		{"url", base, with(func(c *config.Counters) { c.Redis.URL = "redis://b:1/0" }), false},
-		{"prefix", base, with(func(c *config.Counters) { c.Redis.KeyPrefix = "q:" }), false},
-		{"failure mode", base, with(func(c *config.Counters) { c.Redis.FailureMode = "closed" }), false},
-		{"pool size", base, with(func(c *config.Counters) { c.Redis.PoolSize = 5 }), false},
-		{"timeout", base, with(func(c *config.Counters) { c.Redis.ReadTimeout = config.Duration(time.Second) }), false},
-		{"addrs", base, with(func(c *config.Counters) { c.Redis.URL, c.Redis.Addrs = "", []string{"a:1"} }), false},
+		{"identical", base, with(func(*deployment.Counters) {}), true},
+		{"empty is memory", deployment.Counters{}, deployment.Counters{Backend: "memory"}, true},
+		{"memory ignores redis section", deployment.Counters{Backend: "memory"}, deployment.Counters{Backend: "memory", Redis: deployment.Redis{URL: "redis://x:1"}}, true},
+		{"nil and empty addrs", base, with(func(c *deployment.Counters) { c.Redis.Addrs = []string{} }), true},
+		{"backend", base, with(func(c *deployment.Counters) { c.Backend = "memory" }), false},
+		{"url", base, with(func(c *deployment.Counters) { c.Redis.URL = "redis://b:1/0" }), false},
+		{"prefix", base, with(func(c *deployment.Counters) { c.Redis.KeyPrefix = "q:" }), false},
+		{"failure mode", base, with(func(c *deployment.Counters) { c.Redis.FailureMode = "closed" }), false},
+		{"pool size", base, with(func(c *deployment.Counters) { c.Redis.PoolSize = 5 }), false},
+		{"timeout", base, with(func(c *deployment.Counters) { c.Redis.ReadTimeout = deployment.Duration(time.Second) }), false},
+		{"addrs", base, with(func(c *deployment.Counters) { c.Redis.URL, c.Redis.Addrs = "", []string{"a:1"} }), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"sluice/counter/redisstore"
-	"sluice/gateway/config"
+	"sluice/deployment"
 )
 
 func TestRedisOptions(t *testing.T) {
-	c := config.Redis{
+	c := deployment.Redis{
 		URL: "redis://h:1/2", Cluster: true, Username: "u", Password: "p", TLS: true, KeyPrefix: "x:", FailureMode: "closed",
-		DialTimeout: config.Duration(time.Second), ReadTimeout: config.Duration(2 * time.Second),
-		WriteTimeout: config.Duration(3 * time.Second), PoolSize: 7,
+		DialTimeout: deployment.Duration(time.Second), ReadTimeout: deployment.Duration(2 * time.Second),
+		WriteTimeout: deployment.Duration(3 * time.Second), PoolSize: 7,
 	}
 	got := redisOptions(c)
 	want := redisstore.Options{URL: "redis://h:1/2", Cluster: true, Username: "u", Password: "p", TLS: true, KeyPrefix: "x:", FailureMode: "closed",

@@ -3,8 +3,8 @@
 // the same process), applies each new version through a callback (the
 // gateway's build-then-swap), reports the result and the keys' last use, and
 // keeps the last good copy in a Cache so that a restart while the platform is
-// down serves it. It imports the deployment document (gateway/config) and the
-// policy contract; never the platform.
+// down serves it. It imports the deployment document (deployment and
+// deployment/yamlfile) and the policy contract; never the platform.
 package pull
 
 import (
@@ -15,7 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"sluice/gateway/config"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 )
 
 // Update is one deployment version.
@@ -45,8 +46,8 @@ type Feed interface {
 }
 
 // Parse reads an update's document (no environment expansion).
-func Parse(u *Update, source string) (*config.Deployment, error) {
-	return config.ParseEnv(u.Document, source, func(string) (string, bool) { return "", false })
+func Parse(u *Update, source string) (*deployment.Deployment, error) {
+	return yamlfile.ParseRendered(u.Document, source)
 }
 
 // Source applies a Feed's deployments. Run it on one goroutine.
@@ -56,7 +57,7 @@ type Source struct {
 	Cache *Cache
 	// Apply swaps in a deployment (the gateway's Apply); it must leave the
 	// running one in place when it fails.
-	Apply func(d *config.Deployment) error
+	Apply func(d *deployment.Deployment) error
 	// Keys reports the keys' last use with each check-in (nil: none).
 	Keys   *KeyUsage
 	Logger *slog.Logger
@@ -97,7 +98,7 @@ func (s *Source) defaults() {
 // Initial returns the first deployment: from the feed when it answers
 // within timeout, else from the cache (cached is true). It does not apply
 // it; call Started once it is applied.
-func (s *Source) Initial(ctx context.Context, timeout time.Duration) (d *config.Deployment, u *Update, cached bool, err error) {
+func (s *Source) Initial(ctx context.Context, timeout time.Duration) (d *deployment.Deployment, u *Update, cached bool, err error) {
 	s.defaults()
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"sluice/gateway/config"
-	"sluice/policies"
+	"sluice/deployment"
+	"sluice/policies/policytest"
 )
 
 // fakeFeed serves versions set by the test and records the polls and reports.
@@ -108,7 +108,7 @@ func TestSourceAppliesReportsAndSurvivesOutages(t *testing.T) {
 	var mu sync.Mutex
 	var applied []string
 	src := &Source{Feed: feed, Cache: cache, Wait: 200 * time.Millisecond, ReportEvery: 20 * time.Millisecond, Backoff: time.Millisecond,
-		Apply: func(d *config.Deployment) error {
+		Apply: func(d *deployment.Deployment) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if d.Routes[0].Name == "bad" {
@@ -218,17 +218,10 @@ func containsBytes(b, sub []byte) bool {
 	return false
 }
 
-type mapIndex map[[32]byte]policies.Credential
-
-func (m mapIndex) Lookup(sum [32]byte) (policies.Credential, bool) {
-	c, ok := m[sum]
-	return c, ok
-}
-
 func TestKeyUsage(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	u := NewKeyUsage(func() time.Time { return now })
-	idx := u.Wrap(mapIndex{sha256.Sum256([]byte("k")): {ApplicationID: "a", KeyID: "key-1"}})
+	idx := u.Wrap(policytest.Keys{sha256.Sum256([]byte("k")): {ApplicationID: "a", KeyID: "key-1"}})
 	if _, ok := idx.Lookup(sha256.Sum256([]byte("nope"))); ok {
 		t.Fatal("unknown key found")
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"sluice/platform/deploymentdoc"
+	"sluice/deployment"
 	"sluice/platform/store"
 )
 
@@ -203,7 +203,7 @@ func (s *Server) CreateKey(c echo.Context, appID ApplicationId) error {
 	}
 	secret := newSecret(KeyPrefix)
 	k := store.APIKey{ID: newID("key"), ApplicationID: appID, Prefix: secret[:keyPrefixLen],
-		Hash: deploymentdoc.HashKey(secret), CreatedAt: now, ExpiresAt: timePtr(in.ExpiresAt)}
+		Hash: deployment.HashKey(secret), CreatedAt: now, ExpiresAt: timePtr(in.ExpiresAt)}
 	err := s.write(ctx, func(tx store.Tx) (int64, error) {
 		if _, err := tx.GetApplication(ctx, appID); err != nil {
 			return 0, storeError(err, "application", appID)

@@ -7,8 +7,8 @@ import (
 	"regexp"
 	"strconv"
 
+	"sluice/deployment"
 	"sluice/platform/delivery"
-	"sluice/platform/deploymentdoc"
 	"sluice/platform/generate"
 	"sluice/platform/store"
 )
@@ -56,7 +56,7 @@ func (s *Server) checkProvider(ctx context.Context, tx store.Tx, id string, m fi
 	if cerr == nil {
 		return nil
 	}
-	var errs deploymentdoc.Errors
+	var errs deployment.Errors
 	if !errors.As(cerr, &errs) {
 		return invalid([]Problem{problem("$", "%v", cerr)})
 	}

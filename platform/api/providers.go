@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"sluice/deployment/yamlfile"
 	"sluice/platform/delivery"
-	"sluice/platform/deploymentdoc"
 	"sluice/platform/generate"
 	"sluice/platform/store"
 )
@@ -228,7 +228,7 @@ func (s *Server) GetProviderDeployment(c echo.Context, id ProviderId) error {
 	if err != nil {
 		return err
 	}
-	y, err := deploymentdoc.YAML(res.Deployment)
+	y, err := yamlfile.YAML(res.Deployment)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,9 @@
 // validated against it before its handler runs, and it is served at
 // /api/v1/openapi.json. Handlers here implement the generated
 // ServerInterface over the store, the generator and the delivery hub. It
-// imports the platform's store, secrets, generate, delivery and
-// deploymentdoc packages and the policy catalog; never the gateway.
+// imports the platform's store, secrets, generate and delivery packages, the
+// deployment document and the policy catalog (its chain check); never the
+// gateway.
 package api
 
 //go:generate go tool oapi-codegen -config oapi-codegen.yaml openapi.yaml
@@ -30,7 +31,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"sluice/platform/delivery"
-	"sluice/platform/deploymentdoc"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
 	"sluice/policies"
@@ -79,7 +79,7 @@ type Server struct {
 	now      func() time.Time
 	ops      map[string]*operation
 	specJSON []byte
-	checker  *deploymentdoc.Checker
+	checker  *policies.Checker
 }
 
 var _ ServerInterface = (*Server)(nil)
@@ -103,12 +103,8 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	checker, err := deploymentdoc.NewChecker(o.Registry)
-	if err != nil {
-		return nil, err
-	}
 	return &Server{store: o.Store, box: o.Box, hub: o.Hub, reg: o.Registry, log: o.Logger, now: o.Now,
-		ops: indexOperations(spec, BasePath), specJSON: specJSON, checker: checker}, nil
+		ops: indexOperations(spec, BasePath), specJSON: specJSON, checker: policies.NewChecker(o.Registry)}, nil
 }
 
 // Register adds the API's routes under BasePath to e, behind guard, and

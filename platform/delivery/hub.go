@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"sluice/platform/deploymentdoc"
+	"sluice/deployment/yamlfile"
 	"sluice/platform/generate"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
@@ -19,7 +19,7 @@ import (
 type Document struct {
 	Version int64
 	// Text is the document as `sluice gateway --config` reads it
-	// (deploymentdoc.Loadable).
+	// (deployment.Loadable).
 	Text []byte
 }
 
@@ -173,7 +173,7 @@ func (h *Hub) Current(ctx context.Context) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generating deployment version %d: %w", v, err)
 	}
-	text, err := deploymentdoc.Loadable(res.Deployment)
+	text, err := yamlfile.Loadable(res.Deployment)
 	if err != nil {
 		return nil, err
 	}

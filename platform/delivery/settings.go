@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"sluice/platform/deploymentdoc"
+	"sluice/deployment"
 	"sluice/platform/generate"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
@@ -118,7 +118,7 @@ func ProviderSettings(p store.Provider, sec Secrets) (generate.Provider, error) 
 // UpstreamAuth is the header the key goes in: header, or the type's default
 // (Authorization for openai, x-api-key for anthropic). Authorization carries
 // "Bearer <key>", any other header the bare key.
-func UpstreamAuth(typ, header, key string) *deploymentdoc.Auth {
+func UpstreamAuth(typ, header, key string) *deployment.Auth {
 	if header == "" {
 		header = "Authorization"
 		if typ == "anthropic" {
@@ -126,9 +126,9 @@ func UpstreamAuth(typ, header, key string) *deploymentdoc.Auth {
 		}
 	}
 	if strings.EqualFold(header, "Authorization") {
-		return &deploymentdoc.Auth{Header: header, Value: "Bearer " + key}
+		return &deployment.Auth{Header: header, Value: "Bearer " + key}
 	}
-	return &deploymentdoc.Auth{Header: header, Value: key}
+	return &deployment.Auth{Header: header, Value: key}
 }
 
 // DecodeParams decodes a params object with integers as int64 (and other

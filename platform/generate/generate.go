@@ -3,8 +3,7 @@
 // into the deployment document every gateway serves. Generate is a pure
 // function: the same settings always give the same document, byte for byte
 // once rendered, and nothing is read from anywhere else. It imports the
-// deployment document (through platform/deploymentdoc) and nothing of the
-// store, the API or the gateway.
+// deployment document and nothing of the store, the API or the gateway.
 //
 // Each provider becomes one route named after it, at /<provider name>, with
 // the chain (docs/platform.md has the table):
@@ -36,8 +35,7 @@ import (
 	"strconv"
 	"time"
 
-	"sluice/platform/deploymentdoc"
-	"sluice/policies"
+	"sluice/deployment"
 )
 
 // Settings is everything a deployment is generated from.
@@ -55,7 +53,7 @@ type Provider struct {
 	URL     string
 	Targets []string
 	// Auth is the credential header sent upstream (nil: none).
-	Auth       *deploymentdoc.Auth
+	Auth       *deployment.Auth
 	RateLimits RateLimits
 	Guardrails []Guardrail
 }
@@ -86,7 +84,7 @@ type Key struct {
 
 // Result is a generated deployment with the origin of every chain entry.
 type Result struct {
-	Deployment *deploymentdoc.Deployment
+	Deployment *deployment.Deployment
 	// Origins holds, per route name, one origin per chain entry.
 	Origins map[string][]Origin
 }
@@ -121,18 +119,18 @@ const (
 // Generate builds the deployment for s. Providers become routes in s's
 // order; applications are listed in s's order. It fails on invalid Rate
 // Limit settings (RateLimits.Validate) and on names that cannot be routes;
-// the chains themselves are checked by deploymentdoc.Check.
+// the chains themselves are checked by policies.Check.
 func Generate(s Settings) (*Result, error) {
-	d := &deploymentdoc.Deployment{APIVersion: deploymentdoc.APIVersion}
+	d := &deployment.Deployment{APIVersion: deployment.APIVersion}
 	res := &Result{Deployment: d, Origins: map[string][]Origin{}}
 	granted := map[string][]string{}
 	for _, a := range s.Applications {
 		for _, p := range a.Providers {
 			granted[p] = append(granted[p], a.ID)
 		}
-		app := deploymentdoc.Application{ID: a.ID, Name: a.Name}
+		app := deployment.Application{ID: a.ID, Name: a.Name}
 		for _, k := range a.Keys {
-			app.Keys = append(app.Keys, deploymentdoc.APIKey{ID: k.ID, Hash: k.Hash, ExpiresAt: k.ExpiresAt})
+			app.Keys = append(app.Keys, deployment.APIKey{ID: k.ID, Hash: k.Hash, ExpiresAt: k.ExpiresAt})
 		}
 		d.Applications = append(d.Applications, app)
 	}
@@ -140,13 +138,13 @@ func Generate(s Settings) (*Result, error) {
 		if ps := p.RateLimits.Validate(); len(ps) > 0 {
 			return nil, fmt.Errorf("provider %q: rate limits: %w", p.Name, ps[0])
 		}
-		d.Providers = append(d.Providers, deploymentdoc.Provider{
+		d.Providers = append(d.Providers, deployment.Provider{
 			Name: p.Name, Type: p.Type, URL: p.URL, Targets: p.Targets, Auth: p.Auth,
 		})
 		apps := append([]string{}, granted[p.ID]...)
 		sort.Strings(apps)
 		entries, origins := chain(p, apps)
-		d.Routes = append(d.Routes, deploymentdoc.Route{Name: p.Name, Context: "/" + p.Name, Provider: p.Name, Policies: entries})
+		d.Routes = append(d.Routes, deployment.Route{Name: p.Name, Context: "/" + p.Name, Provider: p.Name, Policies: entries})
 		res.Origins[p.Name] = origins
 	}
 	return res, nil
@@ -154,12 +152,12 @@ func Generate(s Settings) (*Result, error) {
 
 // chainBuilder collects entries with their origins.
 type chainBuilder struct {
-	entries []deploymentdoc.PolicyEntry
+	entries []deployment.PolicyEntry
 	origins []Origin
 	costs   int
 }
 
-func (b *chainBuilder) add(e deploymentdoc.PolicyEntry, o Origin) {
+func (b *chainBuilder) add(e deployment.PolicyEntry, o Origin) {
 	if e.Version == "" {
 		e.Version = policyVersion
 	}
@@ -167,14 +165,14 @@ func (b *chainBuilder) add(e deploymentdoc.PolicyEntry, o Origin) {
 	b.origins = append(b.origins, o)
 }
 
-func chain(p Provider, apps []string) ([]deploymentdoc.PolicyEntry, []Origin) {
+func chain(p Provider, apps []string) ([]deployment.PolicyEntry, []Origin) {
 	b := &chainBuilder{}
-	b.add(deploymentdoc.PolicyEntry{Name: apiKeyAuth, Params: map[string]any{"applications": strs(apps)}}, Origin{Kind: OriginAccess})
+	b.add(deployment.PolicyEntry{Name: apiKeyAuth, Params: map[string]any{"applications": strs(apps)}}, Origin{Kind: OriginAccess})
 	b.scope("backend", false, p.RateLimits.Backend)
 	b.scope("consumer", true, p.RateLimits.Consumer)
 	ownCost := false
 	for _, g := range p.Guardrails {
-		b.add(deploymentdoc.PolicyEntry{Name: g.Name, Version: g.Version, Params: g.Params}, Origin{Kind: OriginGuardrail, Ref: g.ID})
+		b.add(deployment.PolicyEntry{Name: g.Name, Version: g.Version, Params: g.Params}, Origin{Kind: OriginGuardrail, Ref: g.ID})
 		switch g.Name {
 		case costLimit:
 			b.costs++
@@ -183,7 +181,7 @@ func chain(p Provider, apps []string) ([]deploymentdoc.PolicyEntry, []Origin) {
 		}
 	}
 	if b.costs > 0 && !ownCost {
-		b.add(deploymentdoc.PolicyEntry{Name: llmCost}, Origin{Kind: OriginCost})
+		b.add(deployment.PolicyEntry{Name: llmCost}, Origin{Kind: OriginCost})
 	}
 	return b.entries, b.origins
 }
@@ -204,20 +202,20 @@ func (b *chainBuilder) scope(name string, consumer bool, s *Scope) {
 	for i, rl := range pr.Resources {
 		listed = append(listed, rl.Resource)
 		b.limits(fmt.Sprintf("%s.perResource.resources[%d].limit", base, i), &rl.Limit, consumer,
-			&deploymentdoc.Resources{Include: []string{rl.Resource}}, true)
+			&deployment.Resources{Include: []string{rl.Resource}}, true)
 	}
-	if pr.Default == nil || len(listed) == len(policies.Resources) {
+	if pr.Default == nil || len(listed) == len(deployment.ResourceNames) {
 		return // no resource is left for the default
 	}
-	var attach *deploymentdoc.Resources
+	var attach *deployment.Resources
 	if len(listed) > 0 {
-		attach = &deploymentdoc.Resources{Exclude: listed}
+		attach = &deployment.Resources{Exclude: listed}
 	}
 	b.limits(base+".perResource.default", pr.Default, consumer, attach, true)
 }
 
 // limits adds the entries of one limit set at path.
-func (b *chainBuilder) limits(path string, l *Limits, consumer bool, attach *deploymentdoc.Resources, perResource bool) {
+func (b *chainBuilder) limits(path string, l *Limits, consumer bool, attach *deployment.Resources, perResource bool) {
 	common := func(params map[string]any, alg string) map[string]any {
 		params["algorithm"] = alg
 		if consumer {
@@ -230,19 +228,19 @@ func (b *chainBuilder) limits(path string, l *Limits, consumer bool, attach *dep
 	}
 	if c := l.Request; c != nil && c.Enabled {
 		d, alg, _ := period(c.Reset)
-		b.add(deploymentdoc.PolicyEntry{Name: basicLimit, Resources: attach, Params: common(map[string]any{
+		b.add(deployment.PolicyEntry{Name: basicLimit, Resources: attach, Params: common(map[string]any{
 			"limits": []any{map[string]any{"requests": c.Count, "duration": durationText(d)}},
 		}, alg)}, Origin{Kind: OriginRateLimit, Ref: path + ".request"})
 	}
 	if c := l.Token; c != nil && c.Enabled {
 		d, alg, _ := period(c.Reset)
-		b.add(deploymentdoc.PolicyEntry{Name: tokenLimit, Resources: attach, Params: common(map[string]any{
+		b.add(deployment.PolicyEntry{Name: tokenLimit, Resources: attach, Params: common(map[string]any{
 			"totalTokenLimits": []any{map[string]any{"count": c.Count, "duration": durationText(d)}},
 		}, alg)}, Origin{Kind: OriginRateLimit, Ref: path + ".token"})
 	}
 	if c := l.Cost; c != nil && c.Enabled {
 		d, alg, _ := period(c.Reset)
-		b.add(deploymentdoc.PolicyEntry{Name: costLimit, Resources: attach, Params: common(map[string]any{
+		b.add(deployment.PolicyEntry{Name: costLimit, Resources: attach, Params: common(map[string]any{
 			"budgetLimits": []any{map[string]any{"amount": c.Amount, "duration": durationText(d)}},
 		}, alg)}, Origin{Kind: OriginRateLimit, Ref: path + ".cost"})
 		b.costs++

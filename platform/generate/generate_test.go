@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/platform/deploymentdoc"
+	"sluice/deployment"
+	"sluice/deployment/yamlfile"
 	"sluice/platform/generate"
+	"sluice/policies"
 	"sluice/policies/builtin"
 )
 
@@ -51,10 +53,10 @@ func scopeOf(dim, shape string, k int64) *generate.Scope {
 func settings(rl generate.RateLimits, guardrails ...generate.Guardrail) generate.Settings {
 	return generate.Settings{
 		Providers: []generate.Provider{{ID: "prv-1", Name: "openai", Type: "openai", URL: "http://127.0.0.1:9000",
-			Auth: &deploymentdoc.Auth{Header: "Authorization", Value: "Bearer [redacted]"}, RateLimits: rl, Guardrails: guardrails}},
+			Auth: &deployment.Auth{Header: "Authorization", Value: "Bearer [redacted]"}, RateLimits: rl, Guardrails: guardrails}},
 		Applications: []generate.Application{
-			{ID: "app-b", Name: "B", Providers: []string{"prv-1"}, Keys: []generate.Key{{ID: "key-b", Hash: deploymentdoc.HashKey("b")}}},
-			{ID: "app-a", Name: "A", Providers: []string{"prv-1"}, Keys: []generate.Key{{ID: "key-a", Hash: deploymentdoc.HashKey("a")}}},
+			{ID: "app-b", Name: "B", Providers: []string{"prv-1"}, Keys: []generate.Key{{ID: "key-b", Hash: deployment.HashKey("b")}}},
+			{ID: "app-a", Name: "A", Providers: []string{"prv-1"}, Keys: []generate.Key{{ID: "key-a", Hash: deployment.HashKey("a")}}},
 			{ID: "app-c", Name: "C, granted nothing"},
 		},
 	}
@@ -68,10 +70,10 @@ func render(t *testing.T, s generate.Settings) (string, *generate.Result) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := deploymentdoc.Check(res.Deployment, builtin.Registry()); err != nil {
+	if err := policies.Check(res.Deployment, builtin.Registry()); err != nil {
 		t.Fatalf("generated deployment does not check:\n%v", err)
 	}
-	y, err := deploymentdoc.YAML(res.Deployment)
+	y, err := yamlfile.YAML(res.Deployment)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"sluice/policies"
+	"sluice/deployment"
 )
 
 // RateLimits is a provider's Rate Limit settings: limits shared by every
@@ -162,8 +162,8 @@ func (r *RateLimits) Validate() []Problem {
 			for i, rl := range pr.Resources {
 				p := fmt.Sprintf("%s.perResource.resources[%d]", base, i)
 				switch {
-				case !policies.KnownResource(rl.Resource):
-					add(p+".resource", "unknown resource %q (known: %v)", rl.Resource, policies.Resources)
+				case !deployment.KnownResource(rl.Resource):
+					add(p+".resource", "unknown resource %q (known: %v)", rl.Resource, deployment.ResourceNames)
 				case seen[rl.Resource]:
 					add(p+".resource", "resource %q is listed twice", rl.Resource)
 				}

@@ -182,6 +182,9 @@ const (
 	srcRequest costSource = iota
 	srcResponse
 	srcMetadata
+	// srcCost is source metadata on x-llm-cost: the request's cost, read
+	// with sharedctx CostMicroUSD.
+	srcCost
 )
 
 type quotaRT struct {
@@ -251,7 +254,9 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 				meters[qi].Unit = policies.UnitTokens
 			case "metadata":
 				rt.src, rt.needsMetadata, rt.metaKey = srcMetadata, true, ce.Key
-				a.costQuota = a.costQuota || ce.Key == sharedctx.KeyLLMCost
+				if ce.Key == sharedctx.KeyLLMCost {
+					rt.src, a.costQuota = srcCost, true
+				}
 				if ce.Multiplier > 0 {
 					rt.mult = ce.Multiplier
 				}
@@ -376,8 +381,8 @@ func identity(s string) string { return s }
 // x-llm-cost, a model the linked llm-cost cannot price is refused first.
 func (a *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	if a.pricer != nil {
-		if _, ok := a.pricer.Resolve(ratelimit.RequestModel(c)); !ok {
-			return ratelimit.ModelNotPriced(Name, a.route.RouteName, ratelimit.RequestModel(c))
+		if _, ok := a.pricer.Resolve(c.Shared.ServedModel()); !ok {
+			return ratelimit.ModelNotPriced(Name, a.route.RouteName, c.Shared.ServedModel())
 		}
 	}
 	adm := ratelimit.Admission{Scope: a.scope(c), Counters: a.eng.AllCounters()}
@@ -392,7 +397,7 @@ func (a *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 		case srcResponse:
 			// Saturating: a product beyond int64 cannot fit any counter.
 			adm.Amounts[i] = satmath.Ceil(float64(policies.PromptTokens(c, a.svc.Tokens)) * (q.pm + q.tm))
-		case srcMetadata:
+		case srcMetadata, srcCost:
 			adm.Amounts[i] = 1
 		}
 	}
@@ -421,7 +426,7 @@ func (a *Policy) OnFinal(c *policies.Call, o *policies.Outcome) { a.eng.Finish(c
 // reservation keeps its estimate. With request quotas only it is
 // ratelimit.FixedTrust.
 func (a *Policy) Actual(c *policies.Call, o *policies.Outcome, r *ratelimit.Reservation, am *ratelimit.Amounts) ratelimit.Trust {
-	u := ratelimit.Usage(c, o)
+	u := c.Shared.Usage()
 	trust, usageBased := ratelimit.TrustExact, false
 	for i := range a.quotas {
 		q := &a.quotas[i]
@@ -430,17 +435,25 @@ func (a *Policy) Actual(c *policies.Call, o *policies.Outcome, r *ratelimit.Rese
 			am[i] = r.Estimate(i)
 			continue
 		case srcResponse:
-			t := ratelimit.UsageTrust(c, o)
+			t := ratelimit.UsageTrust(c)
 			if t == ratelimit.TrustNone {
 				return ratelimit.TrustNone
 			}
 			trust = min(trust, t)
 			am[i] = satmath.Ceil(float64(u.PromptTokens)*q.pm + float64(u.CompletionTokens)*q.cm + float64(u.TotalTokens)*q.tm - 1e-9)
+		case srcCost:
+			t := ratelimit.CostTrust(c)
+			micros, ok := c.Shared.CostMicroUSD()
+			if t == ratelimit.TrustNone || !ok || micros < 0 {
+				return ratelimit.TrustNone
+			}
+			trust = min(trust, t)
+			// The metadata value is the cost in USD: micros/1e6 × mult.
+			// Scaling the integer by mult/1e6 keeps the usual multiplier
+			// 1000000 (micro-USD) exact.
+			am[i] = satmath.Ceil(float64(micros)*(q.mult/1e6) - 1e-9)
 		case srcMetadata:
 			t := ratelimit.FixedTrust(o)
-			if q.metaKey == sharedctx.KeyLLMCost {
-				t = ratelimit.CostTrust(c, o)
-			}
 			if t == ratelimit.TrustNone {
 				return ratelimit.TrustNone
 			}

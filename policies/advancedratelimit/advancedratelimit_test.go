@@ -13,6 +13,7 @@ import (
 	"sluice/policies"
 	"sluice/policies/advancedratelimit"
 	"sluice/policies/llmcost"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
 )
 
@@ -136,7 +137,7 @@ func TestAdvancedReleaseOnLaterRejection(t *testing.T) {
 		ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{quota("q", 3, "1m", nil)}}),
 		ratelimittest.Entry(ratelimittest.RejectName, nil))
 	for range 5 {
-		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), policies.Outcome{Kind: policies.Rejected}); gerr == nil || gerr.Policy != ratelimittest.RejectName {
+		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), policytest.End{Outcome: policies.Outcome{Kind: policies.Rejected}}); gerr == nil || gerr.Policy != ratelimittest.RejectName {
 			t.Fatalf("want the later policy's rejection, got %v", gerr)
 		}
 	}
@@ -153,20 +154,20 @@ func TestAdvancedTrust(t *testing.T) {
 	counted := ratelimittest.Counted(8, 500)
 	cases := []struct {
 		name       string
-		o          policies.Outcome
+		o          policytest.End
 		tok        func(est int64) int64 // expected charge of the response quota
 		usd        bool                  // the x-llm-cost quota is charged the usage's price
 		resolution string
 	}{
-		{"cancelled with counted output", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: counted},
+		{"cancelled with counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: counted},
 			func(int64) int64 { return 8 + 4*500 }, true, "abandoned"},
-		{"cancelled with a small count keeps the estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 0)},
+		{"cancelled with a small count keeps the estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 0)},
 			func(est int64) int64 { return est }, true, "abandoned"},
-		{"cut stream with counted output", policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true, Usage: counted},
+		{"cut stream with counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true}, Usage: counted},
 			func(int64) int64 { return 8 + 4*500 }, true, "closed"},
-		{"cancelled after the usage report settles", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Usage(8, 500, 1)},
+		{"cancelled after the usage report settles", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Usage(8, 500, 1)},
 			func(int64) int64 { return 8 + 4*500 }, true, "settled"},
-		{"cancelled without usage keeps the estimates", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true},
+		{"cancelled without usage keeps the estimates", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}},
 			func(est int64) int64 { return est }, false, "abandoned"},
 	}
 	for _, tc := range cases {
@@ -249,6 +250,36 @@ func TestAdvancedSaturatedMultiplier(t *testing.T) {
 		}}))
 		if err == nil {
 			t.Fatalf("completionMultiplier %v accepted", bad)
+		}
+	}
+}
+
+// TestAdvancedCostQuotaExact: a quota on x-llm-cost is charged the cost llm-cost
+// priced, scaled by its multiplier from USD: exactly the micro-USD with
+// multiplier 1000000, also where a float64 of the USD is off by one
+// (32.000002 USD came back as 32000003 µUSD), and rounded up for another
+// multiplier (1000: milli-USD).
+func TestAdvancedCostQuotaExact(t *testing.T) {
+	day := func(max int64) counter.Limit {
+		return counter.Limit{Algorithm: counter.FixedWindow, Max: max, Period: 24 * time.Hour}
+	}
+	for _, prompt := range []int64{1, 7_500, 32_000_002, 987_654_321} {
+		h := ratelimittest.New(t, advancedratelimit.Definition(), llmcost.Definition())
+		ch := h.Chain(route,
+			ratelimittest.Entry(advancedratelimit.Name, map[string]any{"quotas": []any{
+				quota("usd", 10_000_000_000, "1d", map[string]any{"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1e6}}),
+				quota("musd", 10_000_000, "1d", map[string]any{"costExtraction": map[string]any{"source": "metadata", "key": "x-llm-cost", "multiplier": 1000}}),
+			}}),
+			// 1 USD per million tokens: 1 µUSD per token.
+			ratelimittest.Entry(llmcost.Name, map[string]any{"defaultPrice": map[string]any{"input": 1, "output": 1}}))
+		if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: "acme-unlisted"}), ratelimittest.Completed(ratelimittest.Usage(prompt, 0, 1))); gerr != nil {
+			t.Fatal(gerr)
+		}
+		if got := 10_000_000_000 - h.Remaining("{r}:advanced-ratelimit:usd:window-1d", day(10_000_000_000)); got != prompt {
+			t.Errorf("%d µUSD: the micro-USD quota was charged %d", prompt, got)
+		}
+		if got, want := 10_000_000-h.Remaining("{r}:advanced-ratelimit:musd:window-1d", day(10_000_000)), (prompt+999)/1000; got != want {
+			t.Errorf("%d µUSD: the milli-USD quota was charged %d, want %d", prompt, got, want)
 		}
 	}
 }

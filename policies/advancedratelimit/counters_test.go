@@ -10,6 +10,7 @@ import (
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/advancedratelimit"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
 )
 
@@ -48,7 +49,7 @@ func TestStoreFailures(t *testing.T) {
 	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{}), ratelimittest.Completed(nil)); gerr != nil {
 		t.Fatal(gerr)
 	}
-	h.Do(ch, h.Call(route, ratelimittest.Req{}), policies.Outcome{Kind: policies.Failed})
+	h.Do(ch, h.Call(route, ratelimittest.Req{}), policytest.End{Outcome: policies.Outcome{Kind: policies.Failed}})
 	if n := h.Gauge("sluice_ratelimit_store_errors_total", map[string]string{"op": "adjust"}); n != 1 {
 		t.Fatalf("adjust errors %v, want 1", n)
 	}

@@ -1,7 +1,6 @@
 package apikeyauth_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"net/http"
 	"net/url"
@@ -11,20 +10,14 @@ import (
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/apikeyauth"
+	"sluice/policies/policytest"
 	"sluice/sharedctx"
 )
 
-type mapIndex map[[32]byte]policies.Credential
-
-func (m mapIndex) Lookup(sum [32]byte) (policies.Credential, bool) {
-	c, ok := m[sum]
-	return c, ok
-}
-
 const goodKey = "sk-sluice-good"
 
-func testIndex() mapIndex {
-	return mapIndex{
+func testIndex() policytest.Keys {
+	return policytest.Keys{
 		sha256.Sum256([]byte(goodKey)):     {ApplicationID: "app-a", ApplicationName: "Team A", KeyID: "k1"},
 		sha256.Sum256([]byte("other-key")): {ApplicationID: "app-b", KeyID: "k2"},
 	}
@@ -32,28 +25,12 @@ func testIndex() mapIndex {
 
 func buildChain(t testing.TB, params map[string]any) *policies.Chain {
 	t.Helper()
-	reg := policies.NewRegistry(apikeyauth.Definition())
-	ch, err := reg.BuildChain(policies.RouteInfo{RouteName: "r1"},
-		[]policies.EntrySpec{{Name: apikeyauth.Name, Version: apikeyauth.Version, Params: params}},
-		&policies.Services{Keys: testIndex()}, nil)
-	if err != nil {
-		t.Fatalf("BuildChain: %v", err)
-	}
-	return ch
+	return policytest.Chain(t, []policies.Definition{apikeyauth.Definition()}, &policies.Services{Keys: testIndex()},
+		policies.EntrySpec{Name: apikeyauth.Name, Version: apikeyauth.Version, Params: params})
 }
 
 func newCall(h http.Header, q url.Values) *policies.Call {
-	if h == nil {
-		h = http.Header{}
-	}
-	if q == nil {
-		q = url.Values{}
-	}
-	return &policies.Call{
-		Ctx:     context.Background(),
-		Shared:  sharedctx.New("req-1", "r1", "api", "openai"),
-		Request: &policies.Request{Method: "POST", Path: "/v1/chat/completions", Header: h, Query: q},
-	}
+	return policytest.NewCall(policytest.Req{Header: h, Query: q})
 }
 
 func TestAPIKeyAuth(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"sluice/policies"
 	"sluice/policies/apikeyauth"
 	"sluice/policies/modelaccess"
+	"sluice/policies/policytest"
 	"sluice/sharedctx"
 )
 
@@ -19,7 +20,7 @@ import (
 // header map and SharedContext are rebuilt each iteration (the gateway builds
 // them per request too) and are counted in the figures.
 func BenchmarkAuthAndModelAccess(b *testing.B) {
-	idx := mapIndex{}
+	idx := policytest.Keys{}
 	for i := range 10000 {
 		idx[sha256.Sum256(fmt.Appendf(nil, "sk-sluice-%d", i))] = policies.Credential{
 			ApplicationID: fmt.Sprintf("app-%d", i%200), KeyID: fmt.Sprintf("k%d", i)}
@@ -38,7 +39,7 @@ func BenchmarkAuthAndModelAccess(b *testing.B) {
 	ctx := context.Background()
 	newCall := func() *policies.Call {
 		sh := sharedctx.New("req", "r1", "api", "openai")
-		sh.Model = "claude-3-5-sonnet-latest"
+		sh.SetServedModel("claude-3-5-sonnet-latest")
 		return &policies.Call{Ctx: ctx, Shared: sh, Request: &policies.Request{
 			Header: http.Header{"Authorization": {"Bearer sk-sluice-7"}}, Query: url.Values{}}}
 	}

@@ -8,6 +8,7 @@ import (
 	"sluice/gwerror"
 	"sluice/policies"
 	"sluice/policies/basicratelimit"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
 )
 
@@ -16,14 +17,14 @@ const route = "r"
 func TestRequestCounting(t *testing.T) {
 	cases := []struct {
 		name    string
-		o       policies.Outcome
+		o       policytest.End
 		reject  bool
 		charged int64
 	}{
 		{"completed counts", ratelimittest.Completed(ratelimittest.Usage(10, 10, 1)), false, 1},
 		{"completed without usage counts", ratelimittest.Completed(nil), false, 1},
-		{"upstream failure counts", policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}, false, 1},
-		{"cancelled counts", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, false, 1},
+		{"upstream failure counts", policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}, false, 1},
+		{"cancelled counts", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}}, false, 1},
 		{"later rejection refunds", ratelimittest.Completed(nil), true, 0},
 	}
 	l := counter.Limit{Algorithm: counter.TokenBucket, Max: 5, Period: time.Minute}

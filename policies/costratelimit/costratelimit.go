@@ -1,7 +1,7 @@
 // Package costratelimit is the `llm-cost-based-ratelimit` policy: USD budgets
 // per route (backend) or per application (consumer). It reserves an estimated
 // cost (counted in micro-USD) before the request and settles, in its final
-// phase, with the real cost that llm-cost wrote to Metadata x-llm-cost. It
+// phase, with the real cost that llm-cost published (x-llm-cost). It
 // estimates with the pricer of the first llm-cost after it in the chain, the
 // one whose cost it settles with, and refuses a model that pricer cannot
 // price: a budget cannot be kept on spend it cannot count.
@@ -246,7 +246,7 @@ func (p *Policy) Estimate(c *policies.Call) (micros int64, ok bool) {
 	if pricer == nil {
 		return 0, false
 	}
-	m, ok := pricer.Resolve(ratelimit.RequestModel(c))
+	m, ok := pricer.Resolve(c.Shared.ServedModel())
 	if !ok {
 		return 0, false
 	}
@@ -263,7 +263,7 @@ func (p *Policy) Estimate(c *policies.Call) (micros int64, ok bool) {
 func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	est, ok := p.Estimate(c)
 	if !ok {
-		return ratelimit.ModelNotPriced(Name, p.route, ratelimit.RequestModel(c))
+		return ratelimit.ModelNotPriced(Name, p.route, c.Shared.ServedModel())
 	}
 	id := p.scoper.ID(c)
 	a := ratelimit.Admission{Scope: p.scoper.ScopeOf(p.eng, c, id), Counters: p.sel(id)}
@@ -277,20 +277,21 @@ func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 // estimate (see Actual and ratelimit.Engine.Finish).
 func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) { p.eng.Finish(c, o, p) }
 
-// Actual reads the cost (USD) llm-cost wrote to Metadata, in micro-USD rounded
-// up. Its trust is ratelimit.CostTrust: exact when priced from the provider's
-// complete usage, a lower bound when priced from a partial n>1 stream or from
-// usage the gateway counted (x-llm-cost-status "estimated"), none otherwise.
+// Actual is the cost llm-cost published, in micro-USD (sharedctx
+// CostMicroUSD). Its trust is ratelimit.CostTrust: exact when priced from the
+// provider's complete usage, a lower bound when priced from a partial n>1
+// stream or from usage the gateway counted (x-llm-cost-status "estimated"),
+// none otherwise.
 func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) ratelimit.Trust {
-	trust := ratelimit.CostTrust(c, o)
+	trust := ratelimit.CostTrust(c)
 	if trust == ratelimit.TrustNone {
 		return trust
 	}
-	usd, ok := c.Shared.Float(sharedctx.KeyLLMCost)
-	if !ok || usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
+	micros, ok := c.Shared.CostMicroUSD()
+	if !ok || micros < 0 {
 		return ratelimit.TrustNone
 	}
-	a[0] = satmath.Ceil(usd*1e6 - 1e-9)
+	a[0] = micros
 	return trust
 }
 

@@ -14,6 +14,7 @@ import (
 	"sluice/policies"
 	"sluice/policies/costratelimit"
 	"sluice/policies/llmcost"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit/ratelimittest"
 	"sluice/pricing"
 	"sluice/sharedctx"
@@ -41,7 +42,7 @@ func TestSettleWithRealCost(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		o    policies.Outcome
+		o    policytest.End
 		// final is the expected charge given the estimate and the price of
 		// the outcome's usage.
 		final func(est, price int64) int64
@@ -50,11 +51,11 @@ func TestSettleWithRealCost(t *testing.T) {
 		{"completed without usage: estimate", ratelimittest.Completed(nil), func(est, _ int64) int64 { return est }},
 		{"partial stream below the estimate: estimate", ratelimittest.Completed(partial(300)), func(est, _ int64) int64 { return est }},
 		{"partial stream above the estimate: its cost", ratelimittest.Completed(partial(3000)), func(_, price int64) int64 { return price }},
-		{"upstream failure: estimate", policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}, func(est, _ int64) int64 { return est }},
-		{"cancelled: estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, func(est, _ int64) int64 { return est }},
-		{"cancelled after the usage report: real cost", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: usage}, func(_, price int64) int64 { return price }},
-		{"cancelled with counted output above the estimate: its price", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 2500)}, func(_, price int64) int64 { return price }},
-		{"cancelled with counted output below the estimate: estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 20)}, func(est, _ int64) int64 { return est }},
+		{"upstream failure: estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}, func(est, _ int64) int64 { return est }},
+		{"cancelled: estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}}, func(est, _ int64) int64 { return est }},
+		{"cancelled after the usage report: real cost", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: usage}, func(_, price int64) int64 { return price }},
+		{"cancelled with counted output above the estimate: its price", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 2500)}, func(_, price int64) int64 { return price }},
+		{"cancelled with counted output below the estimate: estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 20)}, func(est, _ int64) int64 { return est }},
 		{"stream without usage: the price of the counted output", ratelimittest.Completed(ratelimittest.Counted(8, 4000)), func(_, price int64) int64 { return price }},
 	}
 	for _, tc := range cases {
@@ -81,6 +82,28 @@ func TestSettleWithRealCost(t *testing.T) {
 				t.Fatalf("charged %d µUSD, want %d (estimate %d, price of the usage %d)", got, want, est, price)
 			}
 		})
+	}
+}
+
+// TestSettlesExactMicros: the budget is charged exactly the micro-USD
+// llm-cost priced, also where a round trip through float64 USD is off by one
+// (32.000002 USD: 32000002 µUSD came back as 32000003).
+func TestSettlesExactMicros(t *testing.T) {
+	for _, prompt := range []int64{1, 7_500, 32_000_002, 987_654_321} {
+		h := newHarness(t)
+		ch := h.Chain(route,
+			ratelimittest.Entry(costratelimit.Name, map[string]any{"budgetLimits": budget(10_000, "1d")}),
+			// 1 USD per million tokens: 1 µUSD per token.
+			ratelimittest.Entry(llmcost.Name, map[string]any{"defaultPrice": map[string]any{"input": 1, "output": 1}}))
+		call := h.Call(route, ratelimittest.Req{Model: "acme-unlisted"})
+		if gerr, _ := h.Do(ch, call, ratelimittest.Completed(ratelimittest.Usage(prompt, 0, 1))); gerr != nil {
+			t.Fatal(gerr)
+		}
+		cost, _ := call.Shared.CostMicroUSD()
+		got := 10_000_000_000 - h.Remaining("{r}:llm-cost-based-ratelimit:cost:window-1d", dayWindow(10_000_000_000))
+		if cost != prompt || got != prompt {
+			t.Errorf("%d tokens at 1 µUSD: x-llm-cost %d µUSD, budget charged %d; want %d", prompt, cost, got, prompt)
+		}
 	}
 }
 

@@ -1,7 +1,8 @@
-// Package llmcost is the llm-cost policy: it prices the usage the gateway
-// extracted from the upstream response with the pricing catalog and publishes
-// the cost under the documented metadata keys x-llm-cost (float64 USD) and
-// x-llm-cost-status, for the cost limit policies and for analytics.
+// Package llmcost is the llm-cost policy: it prices the request's usage (the
+// one the gateway published, sharedctx Usage) with the pricing catalog and
+// publishes the cost, the request's one cost fact, with sharedctx SetCost:
+// metadata x-llm-cost (integer micro-USD, rounded up) and x-llm-cost-status,
+// for the cost limit policies and for analytics.
 //
 // Ordering: llm-cost is listed after the limit policies that read its result.
 // Response and final phases run in reverse list order, so llm-cost's response
@@ -11,8 +12,8 @@ package llmcost
 import (
 	"errors"
 	"net/http"
-	"strconv"
 
+	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
@@ -47,7 +48,8 @@ const (
 )
 
 // HeaderCost is the response header carrying the cost in USD on non-streamed
-// responses (set only when the status is "calculated").
+// responses (set only when the status is "calculated"): x-llm-cost, the
+// micro-USD the budgets count, as a decimal number of dollars.
 const HeaderCost = "X-Sluice-Cost-Usd"
 
 // Analytics keys written on every request.
@@ -82,7 +84,7 @@ type DefaultPrice struct {
 // Definition returns the llm-cost v1 definition.
 func Definition() policies.Definition {
 	d := policies.Define(Name, Version,
-		"Prices each request's token usage from the model price catalog (cached input, cache writes, long-context tiers) and writes the cost in USD to metadata x-llm-cost, for cost-based rate limits and usage records.",
+		"Prices each request's token usage from the model price catalog (cached input, cache writes, long-context tiers) and writes the cost in micro-USD to metadata x-llm-cost, for cost-based rate limits and usage records.",
 		build)
 	d.Reads = []policies.MetaKey{
 		{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse, Optional: true},
@@ -165,19 +167,18 @@ func (p *policy) Pricer() pricing.Pricer { return &p.pricer }
 func (p *policy) OnRequest(*policies.Call) *gwerror.Error { return nil }
 
 // OnResponse prices a non-streamed response from the usage the gateway
-// extracted before this phase, and sets the cost header. Streams are priced
+// published before this phase, and sets the cost header. Streams are priced
 // in the final phase, when their usage is known.
 func (p *policy) OnResponse(c *policies.Call, r *policies.Response) *gwerror.Error {
 	if r.Stream {
 		return nil
 	}
-	u := usageFrom(c.Shared, r.Usage)
-	cost, status := p.price(c, u)
+	micros, status := p.price(c, c.Shared.Usage())
 	if status == StatusCalculated {
 		if c.ClientHeader == nil {
 			c.ClientHeader = http.Header{}
 		}
-		c.ClientHeader.Set(HeaderCost, strconv.FormatFloat(cost, 'f', -1, 64))
+		c.ClientHeader.Set(HeaderCost, dialect.Dollars(micros))
 	}
 	return nil
 }
@@ -188,20 +189,18 @@ func (p *policy) OnFinal(c *policies.Call, o *policies.Outcome) {
 	if prev, _ := c.Shared.Metadata[p.doneKey].(string); prev != "" && prev != StatusNoUsage {
 		return
 	}
-	u := usageFrom(c.Shared, o.Usage)
+	u := c.Shared.Usage()
 	if prev, _ := c.Shared.Metadata[p.doneKey].(string); prev == StatusNoUsage && !priceable(u) {
 		return
 	}
 	p.price(c, u)
 }
 
-// price computes and publishes the cost of u; it returns what it wrote.
-func (p *policy) price(c *policies.Call, u *llmapi.Usage) (float64, string) {
-	model := c.Shared.Model
-	if model == "" && c.Request != nil && c.Request.LLM != nil {
-		model = c.Request.LLM.Model
-	}
-	var cost float64
+// price computes the cost of u in micro-USD and publishes it; it returns what
+// it wrote.
+func (p *policy) price(c *policies.Call, u *llmapi.Usage) (int64, string) {
+	model := c.Shared.ServedModel()
+	var cost int64
 	var status string
 	var priced string
 	if priceable(u) {
@@ -210,39 +209,23 @@ func (p *policy) price(c *policies.Call, u *llmapi.Usage) (float64, string) {
 			ok = StatusEstimated
 		}
 		if m, found := p.pricer.Resolve(model); found {
-			cost, status, priced = m.Price.Cost(u), ok, m.Name
+			cost, status, priced = m.Price.CostMicros(u), ok, m.Name
 		} else {
 			status = StatusUnpriced
 		}
 	} else {
 		status = StatusNoUsage
 	}
-	md := c.Shared.Metadata
-	md[sharedctx.KeyLLMCost] = cost
-	md[sharedctx.KeyLLMCostStatus] = status
-	md[p.doneKey] = status
+	c.Shared.SetCost(cost, status)
+	c.Shared.Metadata[p.doneKey] = status
 	if c.Shared.Analytics != nil {
-		c.Shared.Analytics[AnalyticsCost] = cost
+		c.Shared.Analytics[AnalyticsCost] = sharedctx.MicroUSD(cost).USD()
 		c.Shared.Analytics[AnalyticsStatus] = status
 		if priced != "" {
 			c.Shared.Analytics[AnalyticsModel] = priced
 		}
 	}
 	return cost, status
-}
-
-// usageFrom prefers the gateway's published x-llm-usage over the phase's own
-// copy (they are the same value when both are set).
-func usageFrom(sh *sharedctx.SharedContext, fallback *llmapi.Usage) *llmapi.Usage {
-	switch u := sh.Metadata[sharedctx.KeyLLMUsage].(type) {
-	case *llmapi.Usage:
-		if u != nil {
-			return u
-		}
-	case llmapi.Usage:
-		return &u
-	}
-	return fallback
 }
 
 // priceable reports whether u holds numbers to price: provider-reported

@@ -1,7 +1,6 @@
 package llmcost_test
 
 import (
-	"context"
 	"errors"
 	"math"
 	"net/http"
@@ -14,32 +13,41 @@ import (
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/llmcost"
+	"sluice/policies/policytest"
 	"sluice/pricing"
 	"sluice/sharedctx"
 )
 
 // probe stands in for a cost limit policy listed before llm-cost: it requires
-// x-llm-cost-status in its final phase and records the cost it saw in its
-// response and final phases.
+// x-llm-cost-status in its final phase and records the cost (micro-USD; -1
+// when none was published) it saw in its response and final phases.
 type probe struct {
 	rejectWith *gwerror.Error
-	seenResp   any
-	seenFinal  any
-	status     any
+	seenResp   int64
+	seenFinal  int64
+	status     string
 	finals     int
+}
+
+// seen is the published cost, -1 when none is.
+func seen(c *policies.Call) int64 {
+	if m, ok := c.Shared.CostMicroUSD(); ok {
+		return m
+	}
+	return -1
 }
 
 type probeParams struct{}
 
 func (p *probe) OnRequest(*policies.Call) *gwerror.Error { return p.rejectWith }
 func (p *probe) OnResponse(c *policies.Call, _ *policies.Response) *gwerror.Error {
-	p.seenResp = c.Shared.Metadata[sharedctx.KeyLLMCost]
+	p.seenResp = seen(c)
 	return nil
 }
 func (p *probe) OnFinal(c *policies.Call, _ *policies.Outcome) {
 	p.finals++
-	p.seenFinal = c.Shared.Metadata[sharedctx.KeyLLMCost]
-	p.status = c.Shared.Metadata[sharedctx.KeyLLMCostStatus]
+	p.seenFinal = seen(c)
+	p.status = c.Shared.CostStatus()
 }
 
 func probeDef(p *probe) policies.Definition {
@@ -62,17 +70,12 @@ func catalog(t testing.TB) *pricing.Catalog {
 // build returns a chain [probe, llm-cost] (or [llm-cost, probe] when after).
 func build(t testing.TB, pr *probe, params map[string]any, svc *policies.Services) (*policies.Chain, error) {
 	t.Helper()
-	reg := policies.NewRegistry(llmcost.Definition(), probeDef(pr))
-	specs := []policies.EntrySpec{{Name: "probe"}, {Name: llmcost.Name, Version: llmcost.Version, Params: params}}
-	return reg.BuildChain(policies.RouteInfo{RouteName: "r1"}, specs, svc,
-		[]policies.MetaKey{{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse}})
+	return policytest.BuildChain(policytest.Route, []policies.Definition{llmcost.Definition(), probeDef(pr)}, svc,
+		policies.EntrySpec{Name: "probe"}, policies.EntrySpec{Name: llmcost.Name, Version: llmcost.Version, Params: params})
 }
 
 func newCall(model string) *policies.Call {
-	sh := sharedctx.New("req-1", "r1", "api", "openai")
-	sh.Model = model
-	return &policies.Call{Ctx: context.Background(), Shared: sh, ClientHeader: http.Header{},
-		Request: &policies.Request{Method: "POST", Path: "/v1/chat/completions", Header: http.Header{}}}
+	return policytest.NewCall(policytest.Req{Model: model})
 }
 
 func usage(prompt, cached, write, completion int64) *llmapi.Usage {
@@ -83,12 +86,15 @@ func usage(prompt, cached, write, completion int64) *llmapi.Usage {
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
 
+// micros is usd in micro-USD (the table's costs are whole micro-USD).
+func micros(usd float64) int64 { return int64(math.Round(usd * 1e6)) }
+
 func TestLLMCost(t *testing.T) {
 	tests := []struct {
 		name       string
 		params     map[string]any
 		model      string
-		llmModel   string // request body model, when Shared.Model is empty
+		llmModel   string // the parsed body's model (the gateway serves it), when model is empty
 		u          *llmapi.Usage
 		stream     bool
 		wantCost   float64
@@ -129,14 +135,14 @@ func TestLLMCost(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pr := &probe{}
+			pr := &probe{seenResp: -1}
 			ch, err := build(t, pr, tc.params, &policies.Services{Pricing: catalog(t)})
 			if err != nil {
 				t.Fatalf("BuildChain: %v", err)
 			}
 			call := newCall(tc.model)
 			if tc.llmModel != "" {
-				call.Request.LLM = &llmapi.Request{Model: tc.llmModel}
+				call = policytest.NewCall(policytest.Req{LLM: &llmapi.Request{Model: tc.llmModel}})
 			}
 			run := ch.Start(call)
 			if gerr := run.Request(); gerr != nil {
@@ -147,40 +153,33 @@ func TestLLMCost(t *testing.T) {
 			if !tc.stream {
 				// Bodies: the gateway publishes usage before the response phase.
 				resp.Body = []byte(`{}`)
-				resp.Usage = tc.u
-				if tc.u != nil {
-					call.Shared.Metadata[sharedctx.KeyLLMUsage] = tc.u
-				}
+				call.Shared.SetUsage(tc.u)
 			}
 			if gerr := run.Response(resp); gerr != nil {
 				t.Fatalf("Response: %v", gerr)
 			}
 			if tc.stream {
-				if _, ok := call.Shared.Metadata[sharedctx.KeyLLMCost]; ok {
+				if _, ok := call.Shared.CostMicroUSD(); ok {
 					t.Fatal("stream priced before its usage was known")
 				}
-				if pr.seenResp != nil {
+				if pr.seenResp != -1 {
 					t.Fatalf("probe saw a stream cost in the response phase: %v", pr.seenResp)
-				}
-				// Streams: the gateway publishes usage before the final phase.
-				if tc.u != nil {
-					call.Shared.Metadata[sharedctx.KeyLLMUsage] = tc.u
 				}
 			} else {
 				// The probe's response phase runs after llm-cost's (reverse order).
-				if got, _ := pr.seenResp.(float64); !near(got, tc.wantCost) {
-					t.Fatalf("probe response phase saw %v; want %v", pr.seenResp, tc.wantCost)
+				if pr.seenResp != micros(tc.wantCost) {
+					t.Fatalf("probe response phase saw %v micro-USD; want %v USD", pr.seenResp, tc.wantCost)
 				}
 			}
-			run.Finish(policies.Outcome{Kind: policies.Completed, Status: 200, Usage: tc.u})
+			// Streams: the gateway publishes usage before the final phase.
+			policytest.Finish(run, policytest.End{Outcome: policies.Outcome{Kind: policies.Completed, Status: 200}, Usage: tc.u})
 
-			md := call.Shared.Metadata
-			cost, ok := md[sharedctx.KeyLLMCost].(float64)
-			if !ok || !near(cost, tc.wantCost) {
-				t.Errorf("x-llm-cost = %#v; want %v", md[sharedctx.KeyLLMCost], tc.wantCost)
+			cost, ok := call.Shared.CostMicroUSD()
+			if !ok || cost != micros(tc.wantCost) {
+				t.Errorf("x-llm-cost = %d micro-USD (set %v); want %v USD", cost, ok, tc.wantCost)
 			}
-			if md[sharedctx.KeyLLMCostStatus] != tc.wantStatus {
-				t.Errorf("x-llm-cost-status = %v; want %s", md[sharedctx.KeyLLMCostStatus], tc.wantStatus)
+			if got := call.Shared.CostStatus(); got != tc.wantStatus {
+				t.Errorf("x-llm-cost-status = %v; want %s", got, tc.wantStatus)
 			}
 			if got, _ := call.Shared.Analytics[llmcost.AnalyticsCost].(float64); !near(got, tc.wantCost) {
 				t.Errorf("analytics cost_usd = %v; want %v", call.Shared.Analytics[llmcost.AnalyticsCost], tc.wantCost)
@@ -192,8 +191,8 @@ func TestLLMCost(t *testing.T) {
 			if pr.finals != 1 || pr.status != tc.wantStatus {
 				t.Errorf("probe finals=%d status=%v; want 1, %s", pr.finals, pr.status, tc.wantStatus)
 			}
-			if got, _ := pr.seenFinal.(float64); !near(got, tc.wantCost) {
-				t.Errorf("probe final saw %v; want %v", pr.seenFinal, tc.wantCost)
+			if pr.seenFinal != micros(tc.wantCost) {
+				t.Errorf("probe final saw %v micro-USD; want %v USD", pr.seenFinal, tc.wantCost)
 			}
 		})
 	}
@@ -208,15 +207,13 @@ func TestFinalDoesNotRepriceBody(t *testing.T) {
 	call := newCall("gpt-4o")
 	run := ch.Start(call)
 	_ = run.Request()
-	u := usage(1000, 0, 0, 500)
-	call.Shared.Metadata[sharedctx.KeyLLMUsage] = u
-	_ = run.Response(&policies.Response{Status: 200, Body: []byte(`{}`), Usage: u})
-	// A different outcome usage in the final phase must not change the cost the
+	call.Shared.SetUsage(usage(1000, 0, 0, 500))
+	_ = run.Response(&policies.Response{Status: 200, Body: []byte(`{}`)})
+	// A different usage in the final phase must not change the cost the
 	// response phase published (and the header the client already got).
-	delete(call.Shared.Metadata, sharedctx.KeyLLMUsage)
-	run.Finish(policies.Outcome{Kind: policies.Completed, Usage: usage(1, 0, 0, 1)})
-	if got := call.Shared.Metadata[sharedctx.KeyLLMCost].(float64); !near(got, 0.0075) {
-		t.Fatalf("final re-priced a body: %v", got)
+	policytest.Finish(run, policytest.End{Outcome: policies.Outcome{Kind: policies.Completed}, Usage: usage(1, 0, 0, 1)})
+	if got, _ := call.Shared.CostMicroUSD(); got != 7500 {
+		t.Fatalf("final re-priced a body: %v micro-USD", got)
 	}
 }
 
@@ -230,13 +227,12 @@ func TestFinalPricesUsageThatArrivedLate(t *testing.T) {
 	run := ch.Start(call)
 	_ = run.Request()
 	_ = run.Response(&policies.Response{Status: 200, Body: []byte(`{}`)})
-	if call.Shared.Metadata[sharedctx.KeyLLMCostStatus] != llmcost.StatusNoUsage {
-		t.Fatalf("status after response = %v", call.Shared.Metadata[sharedctx.KeyLLMCostStatus])
+	if call.Shared.CostStatus() != llmcost.StatusNoUsage {
+		t.Fatalf("status after response = %v", call.Shared.CostStatus())
 	}
-	run.Finish(policies.Outcome{Kind: policies.Completed, Usage: usage(1000, 0, 0, 500)})
-	if got := call.Shared.Metadata[sharedctx.KeyLLMCost].(float64); !near(got, 0.0075) ||
-		call.Shared.Metadata[sharedctx.KeyLLMCostStatus] != llmcost.StatusCalculated {
-		t.Fatalf("late usage not priced: %v %v", got, call.Shared.Metadata[sharedctx.KeyLLMCostStatus])
+	policytest.Finish(run, policytest.End{Outcome: policies.Outcome{Kind: policies.Completed}, Usage: usage(1000, 0, 0, 500)})
+	if got, _ := call.Shared.CostMicroUSD(); got != 7500 || call.Shared.CostStatus() != llmcost.StatusCalculated {
+		t.Fatalf("late usage not priced: %v %v", got, call.Shared.CostStatus())
 	}
 }
 
@@ -257,7 +253,7 @@ func TestRejectedRequestGetsNoUsage(t *testing.T) {
 	if gerr := run.Request(); gerr == nil {
 		t.Fatal("probe did not reject")
 	}
-	if call.Shared.Metadata[sharedctx.KeyLLMCostStatus] != llmcost.StatusNoUsage || call.Shared.Metadata[sharedctx.KeyLLMCost] != 0.0 {
+	if cost, ok := call.Shared.CostMicroUSD(); call.Shared.CostStatus() != llmcost.StatusNoUsage || !ok || cost != 0 {
 		t.Fatalf("metadata after rejection: %v", call.Shared.Metadata)
 	}
 }
@@ -295,12 +291,11 @@ func TestPricingFileParam(t *testing.T) {
 			call := newCall(model)
 			run := ch.Start(call)
 			_ = run.Request()
-			u := usage(1000, 0, 0, 500)
-			call.Shared.Metadata[sharedctx.KeyLLMUsage] = u
-			_ = run.Response(&policies.Response{Status: 200, Body: []byte(`{}`), Usage: u})
-			run.Finish(policies.Outcome{Kind: policies.Completed, Usage: u})
-			if got := call.Shared.Metadata[sharedctx.KeyLLMCost].(float64); !near(got, want) {
-				t.Errorf("%s: cost %v; want %v", model, got, want)
+			call.Shared.SetUsage(usage(1000, 0, 0, 500))
+			_ = run.Response(&policies.Response{Status: 200, Body: []byte(`{}`)})
+			run.Finish(policies.Outcome{Kind: policies.Completed})
+			if got, _ := call.Shared.CostMicroUSD(); got != micros(want) {
+				t.Errorf("%s: cost %v micro-USD; want %v USD", model, got, want)
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package modelaccess_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"net/http"
 	"testing"
@@ -9,21 +8,14 @@ import (
 	"sluice/policies"
 	"sluice/policies/apikeyauth"
 	"sluice/policies/modelaccess"
-	"sluice/sharedctx"
+	"sluice/policies/policytest"
 )
-
-type mapIndex map[[32]byte]policies.Credential
-
-func (m mapIndex) Lookup(sum [32]byte) (policies.Credential, bool) {
-	c, ok := m[sum]
-	return c, ok
-}
 
 // TestAfterAPIKeyAuth runs both policies in one chain: model-access sees the
 // application id api-key-auth wrote in the same request phase.
 func TestAfterAPIKeyAuth(t *testing.T) {
 	reg := policies.NewRegistry(apikeyauth.Definition(), modelaccess.Definition())
-	svc := &policies.Services{Keys: mapIndex{
+	svc := &policies.Services{Keys: policytest.Keys{
 		sha256.Sum256([]byte("key-a")): {ApplicationID: "app-a", KeyID: "a"},
 		sha256.Sum256([]byte("key-b")): {ApplicationID: "app-b", KeyID: "b"},
 	}}
@@ -49,10 +41,8 @@ func TestAfterAPIKeyAuth(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"/"+tt.model, func(t *testing.T) {
-			sh := sharedctx.New("req", "r", "api", "p")
-			sh.Model = tt.model
-			call := &policies.Call{Ctx: context.Background(), Shared: sh,
-				Request: &policies.Request{Header: http.Header{"Authorization": {"Bearer " + tt.key}}}}
+			call := policytest.NewCall(policytest.Req{Route: "r", Model: tt.model,
+				Header: http.Header{"Authorization": {"Bearer " + tt.key}}})
 			gerr := ch.Start(call).Request()
 			switch {
 			case tt.wantStatus == 0 && gerr != nil:
@@ -70,7 +60,7 @@ func TestModelAccessBeforeAuthLoads(t *testing.T) {
 	reg := policies.NewRegistry(apikeyauth.Definition(), modelaccess.Definition())
 	_, err := reg.BuildChain(policies.RouteInfo{RouteName: "r"}, []policies.EntrySpec{
 		{Name: modelaccess.Name}, {Name: apikeyauth.Name},
-	}, &policies.Services{Keys: mapIndex{}}, nil)
+	}, &policies.Services{Keys: policytest.Keys{}}, nil)
 	if err != nil {
 		t.Fatalf("optional read rejected at load: %v", err)
 	}

@@ -189,10 +189,7 @@ func (p *policy) AllowsModel(c *policies.Call, model string) bool {
 func (p *policy) OnRequest(c *policies.Call) *gwerror.Error {
 	app := c.Shared.ApplicationID()
 	list := p.listFor(c)
-	model := c.Shared.Model
-	if model == "" && c.Request != nil && c.Request.LLM != nil {
-		model = c.Request.LLM.Model
-	}
+	model := c.Shared.ServedModel()
 	if list.allows(model) {
 		return nil
 	}

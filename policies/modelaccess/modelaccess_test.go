@@ -1,7 +1,6 @@
 package modelaccess_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,28 +9,17 @@ import (
 	"sluice/llmapi"
 	"sluice/policies"
 	"sluice/policies/modelaccess"
-	"sluice/sharedctx"
+	"sluice/policies/policytest"
 )
 
 func buildChain(t testing.TB, params map[string]any) *policies.Chain {
 	t.Helper()
-	reg := policies.NewRegistry(modelaccess.Definition())
-	ch, err := reg.BuildChain(policies.RouteInfo{RouteName: "r1"},
-		[]policies.EntrySpec{{Name: modelaccess.Name, Version: modelaccess.Version, Params: params}}, nil, nil)
-	if err != nil {
-		t.Fatalf("BuildChain: %v", err)
-	}
-	return ch
+	return policytest.Chain(t, []policies.Definition{modelaccess.Definition()}, nil,
+		policies.EntrySpec{Name: modelaccess.Name, Version: modelaccess.Version, Params: params})
 }
 
 func newCall(app, model string) *policies.Call {
-	sh := sharedctx.New("req-1", "r1", "api", "openai")
-	sh.Model = model
-	if app != "" {
-		sh.Metadata[sharedctx.KeyApplicationID] = app
-	}
-	return &policies.Call{Ctx: context.Background(), Shared: sh,
-		Request: &policies.Request{Method: "POST", Header: http.Header{}}}
+	return policytest.NewCall(policytest.Req{App: app, Model: model})
 }
 
 func TestModelAccess(t *testing.T) {
@@ -101,10 +89,11 @@ func TestModelAccess(t *testing.T) {
 	}
 }
 
+// TestModelFromParsedBody: the model the parsed body names is the served
+// model (the gateway sets it from the body, as policytest.NewCall does).
 func TestModelFromParsedBody(t *testing.T) {
 	ch := buildChain(t, map[string]any{"allow": []any{"gpt-4o"}})
-	call := newCall("", "")
-	call.Request.LLM = &llmapi.Request{Model: "gpt-4o"}
+	call := policytest.NewCall(policytest.Req{LLM: &llmapi.Request{Model: "gpt-4o"}})
 	if gerr := ch.Start(call).Request(); gerr != nil {
 		t.Fatalf("denied: %v", gerr)
 	}

@@ -5,15 +5,6 @@ import (
 	"sluice/policies"
 )
 
-// RequestModel is the model the request names (body first, then the
-// SharedContext).
-func RequestModel(c *policies.Call) string {
-	if c.Request != nil && c.Request.LLM != nil && c.Request.LLM.Model != "" {
-		return c.Request.LLM.Model
-	}
-	return c.Shared.Model
-}
-
 // OutputBound returns the request's output bound per choice after applying
 // maxOutput (0: no cap), and the number of choices the upstream generates (n
 // per prompt of a batch, llmapi.Request.Choices). Endpoints without output

@@ -272,29 +272,19 @@ func usageTrust(u *llmapi.Usage) Trust {
 }
 
 // UsageTrust is the Trust of amounts a policy takes from the request's usage
-// (Usage(c, o)); see TrustExact and TrustLowerBound.
-func UsageTrust(c *policies.Call, o *policies.Outcome) Trust { return usageTrust(Usage(c, o)) }
+// (sharedctx Usage); see TrustExact and TrustLowerBound.
+func UsageTrust(c *policies.Call) Trust { return usageTrust(c.Shared.Usage()) }
 
-// CostTrust is the Trust of the cost llm-cost published in Metadata
-// x-llm-cost: "calculated" is as trustworthy as the usage it was priced from
-// (a partial stream's cost is a lower bound), "estimated" (priced from usage
-// the gateway counted) is a lower bound, any other status is none.
-func CostTrust(c *policies.Call, o *policies.Outcome) Trust {
-	switch c.Shared.String(sharedctx.KeyLLMCostStatus) {
+// CostTrust is the Trust of the cost llm-cost published (sharedctx
+// CostMicroUSD): "calculated" is as trustworthy as the usage it was priced
+// from (a partial stream's cost is a lower bound), "estimated" (priced from
+// usage the gateway counted) is a lower bound, any other status is none.
+func CostTrust(c *policies.Call) Trust {
+	switch c.Shared.CostStatus() {
 	case sharedctx.CostStatusCalculated:
-		return max(UsageTrust(c, o), TrustLowerBound)
+		return max(UsageTrust(c), TrustLowerBound)
 	case sharedctx.CostStatusEstimated:
 		return TrustLowerBound
 	}
 	return TrustNone
-}
-
-// Usage returns the request's usage: the Outcome's, else the gateway's
-// Metadata x-llm-usage; nil when neither is set.
-func Usage(c *policies.Call, o *policies.Outcome) *llmapi.Usage {
-	if o != nil && o.Usage != nil {
-		return o.Usage
-	}
-	u, _ := c.Shared.Metadata[sharedctx.KeyLLMUsage].(*llmapi.Usage)
-	return u
 }

@@ -290,7 +290,7 @@ func (p *Policy) OnRequest(c *policies.Call) *gwerror.Error {
 	id := p.scoper.ID(c)
 	a := ratelimit.Admission{
 		Scope:    p.scoper.ScopeOf(p.eng, c, id),
-		Counters: p.sel[p.group(id)][p.rules.Match(ratelimit.RequestModel(c))+1],
+		Counters: p.sel[p.group(id)][p.rules.Match(c.Shared.ServedModel())+1],
 	}
 	prompt := policies.PromptTokens(c, p.svc.Tokens)
 	a.Amounts[meterPrompt] = prompt
@@ -328,8 +328,8 @@ func (p *Policy) OnFinal(c *policies.Call, o *policies.Outcome) {
 // usage the gateway counted (whose prompt is the provider's report when one
 // arrived, else the same prompt estimate this policy reserved).
 func (p *Policy) Actual(c *policies.Call, o *policies.Outcome, _ *ratelimit.Reservation, a *ratelimit.Amounts) ratelimit.Trust {
-	u := ratelimit.Usage(c, o)
-	trust := ratelimit.UsageTrust(c, o)
+	u := c.Shared.Usage()
+	trust := ratelimit.UsageTrust(c)
 	if trust == ratelimit.TrustNone {
 		return trust
 	}

@@ -14,6 +14,7 @@ import (
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
+	"sluice/policies/policytest"
 	"sluice/policies/ratelimit"
 	"sluice/policies/ratelimit/ratelimittest"
 	"sluice/policies/tokenratelimit"
@@ -46,7 +47,7 @@ func TestSettlementOutcomes(t *testing.T) {
 	req := ratelimittest.Req{MaxTokens: 100, N: 2}
 	cases := []struct {
 		name string
-		o    policies.Outcome
+		o    policytest.End
 		// charged returns the expected final charge given the estimate.
 		charged func(est int64) int64
 		kind    string
@@ -58,16 +59,16 @@ func TestSettlementOutcomes(t *testing.T) {
 		{"non-authoritative usage keeps the estimate", ratelimittest.Completed(&llmapi.Usage{PromptTokens: 1, ExpectedChoices: 2, FinishedChoices: 2}), func(e int64) int64 { return e }, "closed"},
 		{"partial n>1 stream below the estimate keeps the estimate", ratelimittest.Completed(&llmapi.Usage{PromptTokens: 5, CompletionTokens: 3, TotalTokens: 8, Authoritative: true, ExpectedChoices: 2, FinishedChoices: 1}), func(e int64) int64 { return e }, "closed"},
 		{"partial n>1 stream above the estimate charges its usage", ratelimittest.Completed(&llmapi.Usage{PromptTokens: 5, CompletionTokens: 900, TotalTokens: 905, Authoritative: true, ExpectedChoices: 2, FinishedChoices: 1}), func(int64) int64 { return 905 }, "closed"},
-		{"upstream non-2xx keeps the estimate", policies.Outcome{Kind: policies.UpstreamFailed, Status: 502, WentUpstream: true}, func(e int64) int64 { return e }, "closed"},
-		{"client disconnect without usage keeps the estimate", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, func(e int64) int64 { return e }, "abandoned"},
-		{"client disconnect after the usage report settles with it", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Usage(40, 70, 2)}, func(int64) int64 { return 110 }, "settled"},
-		{"client disconnect charges the counted output", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 990)}, func(int64) int64 { return 998 }, "abandoned"},
-		{"counted output below the estimate refunds nothing", policies.Outcome{Kind: policies.Cancelled, WentUpstream: true, Usage: ratelimittest.Counted(8, 3)}, func(e int64) int64 { return e }, "abandoned"},
-		{"stream cut by the upstream charges the counted output", policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true, Usage: ratelimittest.Counted(8, 700)}, func(int64) int64 { return 708 }, "closed"},
+		{"upstream non-2xx keeps the estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, Status: 502, WentUpstream: true}}, func(e int64) int64 { return e }, "closed"},
+		{"client disconnect without usage keeps the estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}}, func(e int64) int64 { return e }, "abandoned"},
+		{"client disconnect after the usage report settles with it", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Usage(40, 70, 2)}, func(int64) int64 { return 110 }, "settled"},
+		{"client disconnect charges the counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 990)}, func(int64) int64 { return 998 }, "abandoned"},
+		{"counted output below the estimate refunds nothing", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, Usage: ratelimittest.Counted(8, 3)}, func(e int64) int64 { return e }, "abandoned"},
+		{"stream cut by the upstream charges the counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, Status: 200, WentUpstream: true}, Usage: ratelimittest.Counted(8, 700)}, func(int64) int64 { return 708 }, "closed"},
 		{"stream without usage charges the counted output", ratelimittest.Completed(ratelimittest.Counted(8, 600)), func(int64) int64 { return 608 }, "closed"},
-		{"panic after upstream keeps the estimate", policies.Outcome{Kind: policies.Failed, WentUpstream: true}, func(e int64) int64 { return e }, "closed"},
-		{"panic mid-stream charges the counted output", policies.Outcome{Kind: policies.Failed, WentUpstream: true, Usage: ratelimittest.Counted(8, 500)}, func(int64) int64 { return 508 }, "closed"},
-		{"panic before upstream refunds", policies.Outcome{Kind: policies.Failed}, func(int64) int64 { return 0 }, "released"},
+		{"panic after upstream keeps the estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Failed, WentUpstream: true}}, func(e int64) int64 { return e }, "closed"},
+		{"panic mid-stream charges the counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.Failed, WentUpstream: true}, Usage: ratelimittest.Counted(8, 500)}, func(int64) int64 { return 508 }, "closed"},
+		{"panic before upstream refunds", policytest.End{Outcome: policies.Outcome{Kind: policies.Failed}}, func(int64) int64 { return 0 }, "released"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,7 +133,7 @@ func TestFirstResolutionWins(t *testing.T) {
 		t.Fatal("later resolutions must be no-ops")
 	}
 	run.MarkUpstream()
-	run.Finish(ratelimittest.Completed(ratelimittest.Usage(0, 0, 1)))
+	policytest.Finish(run, ratelimittest.Completed(ratelimittest.Usage(0, 0, 1)))
 	run.Finish(policies.Outcome{Kind: policies.Cancelled})
 	if got := h.Remaining(key(route, "total", "bucket-1h"), hourBucket(1000)); got != 1000-est {
 		t.Fatalf("remaining %d, want %d: settle after close must not refund", got, 1000-est)
@@ -166,7 +167,7 @@ func TestModelRules(t *testing.T) {
 		t.Run(tc.model, func(t *testing.T) {
 			h := newHarness(t)
 			ch := h.Chain(route, ratelimittest.Entry(tokenratelimit.Name, params))
-			if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: tc.model, MaxTokens: 700}), policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}); gerr != nil {
+			if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{Model: tc.model, MaxTokens: 700}), policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}); gerr != nil {
 				t.Fatal(gerr)
 			}
 			if got := h.Remaining(key(route, "completion", "bucket-1h"), hourBucket(100000)); got != 100000-700 {
@@ -203,7 +204,7 @@ func TestRetryAfter(t *testing.T) {
 	// 600 completion tokens per minute refill at 10 tokens/s.
 	ch := h.Chain(route, ratelimittest.Entry(tokenratelimit.Name, map[string]any{
 		"completionTokenLimits": limits(600, "1m"), "reserveOutput": "maxTokens"}))
-	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{MaxTokens: 600}), policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}); gerr != nil {
+	if gerr, _ := h.Do(ch, h.Call(route, ratelimittest.Req{MaxTokens: 600}), policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}); gerr != nil {
 		t.Fatal(gerr)
 	}
 	cases := []struct {
@@ -339,7 +340,7 @@ func TestMaxOutputTokensClamp(t *testing.T) {
 	}
 	for i, s := range steps {
 		call := h.Call(route, ratelimittest.Req{MaxTokens: s.ask})
-		gerr, _ := h.Do(ch, call, policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true})
+		gerr, _ := h.Do(ch, call, policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}})
 		if s.wantMax == 0 {
 			if gerr == nil {
 				t.Fatalf("step %d admitted", i)
@@ -358,7 +359,7 @@ func TestMaxOutputTokensClamp(t *testing.T) {
 	ch2 := h2.Chain(route, ratelimittest.Entry(tokenratelimit.Name, map[string]any{
 		"completionTokenLimits": limits(1000, "1h"), "maxOutputTokens": 300}))
 	call := h2.Call(route, ratelimittest.Req{MaxTokens: 5000})
-	if gerr, _ := h2.Do(ch2, call, policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}); gerr != nil {
+	if gerr, _ := h2.Do(ch2, call, policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}); gerr != nil {
 		t.Fatal(gerr)
 	}
 	if got := gjson.GetBytes(call.Request.LLM.Raw, "max_tokens").Int(); got != 300 {
@@ -392,7 +393,7 @@ func TestQuotaReport(t *testing.T) {
 		"completionTokenLimits": limits(1000, "1h"), "reserveOutput": "maxTokens", "consumerBased": true,
 		"modelRules": []any{map[string]any{"match": "gpt-4*", "completionTokenLimits": limits(500, "1h")}}}))
 	call := h.Call(route, ratelimittest.Req{App: "a", MaxTokens: 100})
-	if gerr, _ := h.Do(ch, call, policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}); gerr != nil {
+	if gerr, _ := h.Do(ch, call, policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}); gerr != nil {
 		t.Fatal(gerr)
 	}
 	lines := ch.Entries()[0].Policy.(policies.QuotaReporter).Quota(h.Call(route, ratelimittest.Req{App: "a"}))
@@ -444,7 +445,7 @@ func TestInvariantRandomOutcomes(t *testing.T) {
 			app := []string{"a", "b", "c", "d"}[w%4]
 			for range per {
 				maxT := 1 + rng.Int64N(500)
-				var o policies.Outcome
+				var o policytest.End
 				var final int64
 				switch rng.IntN(6) {
 				case 0:
@@ -453,11 +454,11 @@ func TestInvariantRandomOutcomes(t *testing.T) {
 				case 1:
 					o, final = ratelimittest.Completed(nil), maxT
 				case 2:
-					o, final = policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}, maxT
+					o, final = policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled, WentUpstream: true}}, maxT
 				case 3:
-					o, final = policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}, maxT
+					o, final = policytest.End{Outcome: policies.Outcome{Kind: policies.UpstreamFailed, WentUpstream: true}}, maxT
 				case 4:
-					o, final = policies.Outcome{Kind: policies.Failed}, 0
+					o, final = policytest.End{Outcome: policies.Outcome{Kind: policies.Failed}}, 0
 				case 5:
 					o, final = ratelimittest.Completed(ratelimittest.Usage(0, 0, 1)), 0
 				}
@@ -504,7 +505,7 @@ func TestOverAdmissionBound(t *testing.T) {
 			if run.Request() == nil {
 				admitted.Add(300)
 				run.MarkUpstream()
-				run.Finish(ratelimittest.Completed(ratelimittest.Usage(0, 300, 1)))
+				policytest.Finish(run, ratelimittest.Completed(ratelimittest.Usage(0, 300, 1)))
 			}
 		}()
 	}
@@ -553,7 +554,7 @@ func BenchmarkRequestFinal(b *testing.B) {
 					b.Fatal(gerr)
 				}
 				run.MarkUpstream()
-				run.Finish(out)
+				policytest.Finish(run, out)
 			}
 		})
 	}

@@ -20,8 +20,8 @@ import (
 	"sluice/gwerror"
 	"sluice/llmapi"
 	"sluice/policies"
+	"sluice/policies/policytest"
 	"sluice/pricing"
-	"sluice/sharedctx"
 	"sluice/tokencount"
 )
 
@@ -86,10 +86,11 @@ func (h *Harness) Chain(route string, specs ...policies.EntrySpec) *policies.Cha
 	return ch
 }
 
-// BuildChain builds a chain on route, with x-llm-usage provided by the gateway.
+// BuildChain builds a chain on route, with what the gateway provides
+// (policies.GatewayProvided).
 func (h *Harness) BuildChain(route string, specs ...policies.EntrySpec) (*policies.Chain, error) {
 	return h.Registry.BuildChain(policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, specs, h.Svc,
-		[]policies.MetaKey{{Key: sharedctx.KeyLLMUsage, Phase: policies.PhaseResponse}})
+		policies.GatewayProvided)
 }
 
 // Req describes a chat request.
@@ -123,37 +124,29 @@ func (h *Harness) Call(route string, r Req) *policies.Call {
 	if gerr != nil {
 		h.T.Fatalf("parse: %v", gerr)
 	}
-	sc := sharedctx.New("req-1", route, route, "openai")
-	sc.Model = r.Model
-	if r.App != "" {
-		sc.Metadata[sharedctx.KeyApplicationID] = r.App
-	}
-	return &policies.Call{Ctx: context.Background(), Shared: sc, ClientHeader: http.Header{},
-		Request: &policies.Request{Method: http.MethodPost, Path: "/v1/chat/completions", Header: http.Header{}, LLM: llm},
-		Started: h.Clock.Now()}
+	call := policytest.NewCall(policytest.Req{Route: route, App: r.App, LLM: llm})
+	call.Started = h.Clock.Now()
+	return call
 }
 
 // Do runs call through ch like the gateway: the request phase, then (when
-// admitted) one upstream attempt and the final outcome o. It returns the
-// rejection, if any, and the run.
-func (h *Harness) Do(ch *policies.Chain, call *policies.Call, o policies.Outcome) (*gwerror.Error, *policies.Run) {
+// admitted) one upstream attempt and the end e (its usage published, then
+// its outcome delivered). It returns the rejection, if any, and the run.
+func (h *Harness) Do(ch *policies.Chain, call *policies.Call, e policytest.End) (*gwerror.Error, *policies.Run) {
 	run := ch.Start(call)
 	if gerr := run.Request(); gerr != nil {
 		return gerr, run
 	}
-	if o.Kind != policies.Rejected && (o.Kind != policies.Failed || o.WentUpstream) {
+	if e.Kind != policies.Rejected && (e.Kind != policies.Failed || e.WentUpstream) {
 		run.MarkUpstream()
 	}
-	if o.Usage != nil {
-		call.Shared.Metadata[sharedctx.KeyLLMUsage] = o.Usage
-	}
-	run.Finish(o)
+	policytest.Finish(run, e)
 	return nil, run
 }
 
-// Completed is a Completed outcome with usage u.
-func Completed(u *llmapi.Usage) policies.Outcome {
-	return policies.Outcome{Kind: policies.Completed, Status: 200, WentUpstream: true, Usage: u}
+// Completed is a Completed end with usage u.
+func Completed(u *llmapi.Usage) policytest.End {
+	return policytest.End{Outcome: policies.Outcome{Kind: policies.Completed, Status: 200, WentUpstream: true}, Usage: u}
 }
 
 // Usage is complete authoritative usage for n choices.

@@ -45,6 +45,28 @@ policies:
 
 Durations are Go durations (` + "`30s`, `1m`, `1h`" + `) or whole days (` + "`1d`" + `).
 
+## Request facts
+
+Three facts about a request are read by several policies. Each has one writer
+and one way to read it, so two policies never see two different values:
+
+| Fact | Metadata key | Written by | Value |
+|---|---|---|---|
+| served model | (none) | the gateway, when it parses the request body | the model the body names, as the request goes upstream |
+| usage | ` + "`x-llm-usage`" + ` | the gateway: for a non-streamed response before the response phase, for a stream before the final phase | the provider's normalised usage; for a stream that ended without a usage report, the usage the gateway counted (the output it forwarded and the prompt estimate: a lower bound) |
+| cost | ` + "`x-llm-cost`" + `, ` + "`x-llm-cost-status`" + ` | ` + "`llm-cost`" + ` | integer micro-USD (millionths of a dollar) rounded up, and how it was priced (` + "`calculated`" + `, ` + "`estimated`" + `, ` + "`unpriced`" + `, ` + "`no_usage`" + `) |
+
+Model rules, allowlists and price estimates use the served model; token limits
+settle with the usage; ` + "`llm-cost-based-ratelimit`" + ` settles with the cost, exactly
+(budgets are counted in micro-USD). The ` + "`X-Sluice-Cost-Usd`" + ` response header is the
+same cost as a decimal number of dollars. ` + "`advanced-ratelimit`" + `'s
+` + "`costExtraction`" + ` with ` + "`source: metadata, key: x-llm-cost`" + ` reads the cost in USD, as
+it always did, so ` + "`multiplier: 1000000`" + ` counts exactly the micro-USD.
+
+Go policies read the facts with the accessors of ` + "`sluice/sharedctx`" + ` on
+` + "`Call.Shared`" + `: ` + "`ServedModel()`" + `, ` + "`Usage()`" + `, ` + "`CostMicroUSD()`" + ` and ` + "`CostStatus()`" + `;
+never from the request body, the response body or Metadata directly.
+
 ## API keys
 
 Deployment files hold application keys only as hashes (` + "`applications[].apiKeys`" + `,
@@ -57,6 +79,21 @@ $ sluice keys new
 key:  sk-sluice-<43 random base62 characters>
 hash: sha256:<64 hex digits>
 ` + "```" + `
+
+## Writing a policy: end of life
+
+A policy instance lives as long as the configuration it was built for. An
+instance that holds something of its own (a goroutine, a timer, a queue, a
+connection it opened) implements ` + "`policies.Closer`" + ` (` + "`Close() error`" + `). The
+gateway calls ` + "`Close`" + ` exactly once per instance, and only when no phase of any
+request runs or will run on it: when the configuration was replaced by a reload
+(or the gateway shuts down) and every request that started on it has had its
+final call. It is also called for the instances of a chain that failed to build.
+` + "`Close`" + ` must not close what the instance was handed in its services (the counter
+store, the pricing catalog, the key index, the metrics registry): those live as
+long as the process and belong to the program that created them. A ` + "`Close`" + `
+error is logged; the gateway's shutdown waits for the closes, within
+` + "`server.shutdownGrace`" + `.
 `
 
 // Docs renders docs/policies.md from catalog entries.

@@ -1,0 +1,165 @@
+// Package deployment is the deployment document a gateway serves (DESIGN
+// section 7): providers, applications, routes and their policy chains; its
+// defaults, its structural validation with field-path errors
+// ("routes[0].policies[2].params.x"), and API key hashing. The platform
+// produces the document and the gateway applies it; they meet here.
+//
+// It is a leaf: it imports nothing of the gateway, the platform or the
+// policies. Policy params are plain values here; the policies package decodes
+// and checks them (policies.Check). deployment/yamlfile reads and writes the
+// document as YAML with file:line:col positions.
+package deployment
+
+import "time"
+
+// Deployment is the whole document. Field tags are the YAML names.
+type Deployment struct {
+	APIVersion   string        `yaml:"apiVersion"`
+	Server       Server        `yaml:"server"`
+	Counters     Counters      `yaml:"counters"`
+	Providers    []Provider    `yaml:"providers"`
+	Applications []Application `yaml:"applications"`
+	Routes       []Route       `yaml:"routes"`
+
+	// Source is the file the document came from ("" when built in memory).
+	Source string `yaml:"-"`
+
+	// Positions locates field paths in Source for error messages; nil for a
+	// document built in memory. The decoder (yamlfile) fills it.
+	Positions Positions `yaml:"-"`
+}
+
+// Server holds data-plane limits. Zero values take the documented defaults.
+type Server struct {
+	// MaxRequestBytes bounds a request body (default 10 MiB).
+	MaxRequestBytes int64 `yaml:"maxRequestBytes"`
+	// ShutdownGrace bounds how long shutdown waits for in-flight streams (default 30s).
+	ShutdownGrace Duration `yaml:"shutdownGrace"`
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	// It is read when the gateway starts serving; a reload does not change it.
+	ReadHeaderTimeout Duration `yaml:"readHeaderTimeout"`
+	// ReadTimeout bounds reading a request's body (default 30s).
+	ReadTimeout Duration `yaml:"readTimeout"`
+	// WriteTimeout bounds each write to a client: a client that does not take
+	// a stream event or a piece of a body in that time is cut (default 30s).
+	WriteTimeout Duration `yaml:"writeTimeout"`
+	// MetricsToken, when set, is the bearer token GET /metrics requires
+	// (Authorization: Bearer <token>), wherever /metrics is served.
+	MetricsToken string `yaml:"metricsToken"`
+}
+
+// Counters selects and configures the counter store.
+type Counters struct {
+	// Backend is "memory" (default) or "redis".
+	Backend string `yaml:"backend"`
+	Redis   Redis  `yaml:"redis"`
+}
+
+// Redis configures the redis counter store.
+type Redis struct {
+	URL   string   `yaml:"url"`
+	Addrs []string `yaml:"addrs"`
+	// Cluster forces Redis Cluster with a single seed; several addrs select
+	// it anyway.
+	Cluster      bool     `yaml:"cluster"`
+	Username     string   `yaml:"username"`
+	Password     string   `yaml:"password"`
+	TLS          bool     `yaml:"tls"`
+	KeyPrefix    string   `yaml:"keyPrefix"`
+	FailureMode  string   `yaml:"failureMode"`
+	DialTimeout  Duration `yaml:"dialTimeout"`
+	ReadTimeout  Duration `yaml:"readTimeout"`
+	WriteTimeout Duration `yaml:"writeTimeout"`
+	PoolSize     int      `yaml:"poolSize"`
+}
+
+// Provider is an upstream LLM API.
+type Provider struct {
+	Name string `yaml:"name"`
+	// Type is "openai" (any OpenAI-compatible API) or "anthropic".
+	Type string `yaml:"type"`
+	// URL is the single target; Targets lists several for retries and failover.
+	URL     string   `yaml:"url"`
+	Targets []string `yaml:"targets"`
+	Auth    *Auth    `yaml:"auth"`
+	// Timeout bounds one upstream attempt until response headers (default 60s).
+	Timeout Duration `yaml:"timeout"`
+	// Retries is the number of extra attempts across targets (default 2).
+	Retries *int `yaml:"retries"`
+	// ForwardHeaders adds client request headers to the ones the gateway
+	// forwards upstream: exact names or prefixes ending in "*", compared
+	// without regard to case.
+	ForwardHeaders []string `yaml:"forwardHeaders"`
+}
+
+// Auth is the credential header the gateway adds upstream.
+type Auth struct {
+	Header string `yaml:"header"`
+	Value  string `yaml:"value"`
+}
+
+// Application is an API consumer with its keys, stored only as hashes.
+type Application struct {
+	ID      string   `yaml:"id"`
+	Name    string   `yaml:"name"`
+	APIKeys []string `yaml:"apiKeys"`
+	// Keys are keys with an identity and an optional expiry (the platform
+	// issues these); both lists may be used together.
+	Keys []APIKey `yaml:"keys"`
+}
+
+// APIKey is one key of an application, by its hash.
+type APIKey struct {
+	// ID names the key in usage reports and logs (not secret).
+	ID string `yaml:"id"`
+	// Hash is "sha256:" and 64 lowercase hex digits.
+	Hash string `yaml:"hash"`
+	// ExpiresAt, when set, is the instant (RFC 3339) from which the key is
+	// refused with 401, checked at request time.
+	ExpiresAt *time.Time `yaml:"expiresAt"`
+}
+
+// Route binds a path prefix to a provider and a policy chain.
+type Route struct {
+	Name     string        `yaml:"name"`
+	Context  string        `yaml:"context"`
+	Provider string        `yaml:"provider"`
+	Policies []PolicyEntry `yaml:"policies"`
+	// CORS, when set, lets browsers on the listed origins call the route.
+	CORS *CORS `yaml:"cors"`
+}
+
+// CORS is a route's cross-origin policy. Preflight requests (OPTIONS) are
+// answered by the gateway without running the chain.
+type CORS struct {
+	// AllowOrigins lists origins ("https://app.example.com") or "*" for any.
+	AllowOrigins []string `yaml:"allowOrigins"`
+	// AllowHeaders adds request headers (exact or prefix*) to the default
+	// set a preflight may ask for.
+	AllowHeaders []string `yaml:"allowHeaders"`
+	// ExposeHeaders adds response headers (exact or prefix*) to the default
+	// set a page may read.
+	ExposeHeaders []string `yaml:"exposeHeaders"`
+	// MaxAge is how long a browser may cache a preflight answer (unset: the
+	// browser's default).
+	MaxAge Duration `yaml:"maxAge"`
+}
+
+// PolicyEntry is one chain member.
+type PolicyEntry struct {
+	Name    string         `yaml:"name"`
+	Version string         `yaml:"version"`
+	Params  map[string]any `yaml:"params"`
+	// Resources, when set, attaches the entry to some of the route's
+	// resources only; the chain runner skips it for the others.
+	Resources *Resources `yaml:"resources"`
+}
+
+// Resources selects the resources (endpoint paths without the /v1 prefix:
+// "/chat/completions", "/completions", "/embeddings", "/responses",
+// "/messages") an entry applies to: Include lists them, or Exclude lists the
+// ones it does not apply to. Exactly one of the two is set.
+type Resources struct {
+	Include []string `yaml:"include"`
+	Exclude []string `yaml:"exclude"`
+}

@@ -1,0 +1,70 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"sluice/platform"
+	"sluice/policies/builtin"
+	"sluice/webui"
+)
+
+// PlatformOptions configure OpenPlatform: the platform.Options that are the
+// process's choice (the registry and the console are the wiring's).
+type PlatformOptions struct {
+	// DataDir, DatabaseURL, AdminToken, SecretKey: see platform.Options.
+	DataDir, DatabaseURL, AdminToken, SecretKey string
+	// Announce receives the one-time admin token message.
+	Announce io.Writer
+	Logger   *slog.Logger
+}
+
+// OpenPlatform opens the control plane with the built-in policy catalog and
+// the embedded web console. The caller closes it.
+func OpenPlatform(ctx context.Context, o PlatformOptions) (*platform.Platform, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.DatabaseURL != "" && o.SecretKey == "" {
+		o.Logger.Warn("PostgreSQL without SLUICE_SECRET_KEY: upstream keys are sealed with the key file in the data directory; every platform replica needs the same key", "data", o.DataDir)
+	}
+	console, err := webui.NewHandler(webui.Build())
+	if err != nil {
+		return nil, err
+	}
+	return platform.Open(ctx, platform.Options{
+		DataDir: o.DataDir, DatabaseURL: o.DatabaseURL, AdminToken: o.AdminToken, SecretKey: o.SecretKey,
+		Announce: o.Announce, Registry: builtin.Registry(), Logger: o.Logger, Console: console,
+	})
+}
+
+// ServePlatform serves p's API and console on ln until ctx is done. Request
+// contexts end with ctx, so waiting long polls answer at once on shutdown.
+func ServePlatform(ctx context.Context, p *platform.Platform, ln net.Listener, logger *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           p.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
