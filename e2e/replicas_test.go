@@ -326,8 +326,12 @@ func assertReplicasExact(t *testing.T, gws []*proctest.Proc, counterUsed func() 
 	t.Helper()
 	reqs := replicaRequests(t)
 	res := loadReplicas(t, gws, reqs, replicaClients, replicaPerClient)
-	t.Logf("admitted %d tokens in %d requests (limit %d), denied %d; per gateway admitted %v denied %v",
-		res.admitted, res.admittedCount, replicaLimit, res.denied, res.perGateway, res.perGatewayDeny)
+	var leased float64
+	for _, gw := range gws {
+		leased += metricSum(t, gw.URL, "sluice_redis_store_reservations_total", `served="lease"`)
+	}
+	t.Logf("admitted %d tokens in %d requests (limit %d), denied %d; per gateway admitted %v denied %v; %v reservations served from leases",
+		res.admitted, res.admittedCount, replicaLimit, res.denied, res.perGateway, res.perGatewayDeny, leased)
 	if res.admitted > replicaLimit {
 		t.Errorf("admitted %d tokens across 3 replicas, above the cluster-wide limit %d", res.admitted, replicaLimit)
 	}
@@ -363,6 +367,14 @@ func assertReplicasExact(t *testing.T, gws []*proctest.Proc, counterUsed func() 
 // deployment's count.
 func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int64 {
 	t.Helper()
+	return counterUsed(t, opts, "replicas:"+replicaAppID, limit)
+}
+
+// counterUsed reads the total-token counter of a token-based-ratelimit
+// scope (an hour's fixed window of limit) through a Redis store of its own
+// and returns the tokens used in the current window.
+func counterUsed(t *testing.T, opts redisstore.Options, scope string, limit int64) int64 {
+	t.Helper()
 	opts.FailureMode = redisstore.FailClosed
 	opts.ReadTimeout, opts.WriteTimeout = 5*time.Second, 5*time.Second
 	s, err := redisstore.New(opts)
@@ -373,7 +385,7 @@ func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int6
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// The engine keeps a scope's counters in one group (counter.Debit.Group).
-	scope, policy := "replicas:"+replicaAppID, "token-based-ratelimit"
+	policy := "token-based-ratelimit"
 	l := counter.Limit{Algorithm: counter.FixedWindow, Max: limit, Period: time.Hour}
 	debits := []counter.Debit{{Key: counterKey(scope, policy, "total", l), Group: ratelimit.GroupKey(scope, policy), Limit: l}}
 	var res counter.Result
