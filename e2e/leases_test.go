@@ -5,14 +5,12 @@ package e2e
 // backend limit (docs/redis.md, "Leases").
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,35 +61,6 @@ routes:
 		t.Fatal(err)
 	}
 	return path
-}
-
-// metricSum sums the samples of a metric in a gateway's /metrics whose
-// labels contain match ("" for all).
-func metricSum(t *testing.T, base, name, match string) float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || !strings.Contains(line, match) {
-			continue
-		}
-		rest := strings.TrimPrefix(line, name)
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
 }
 
 // TestLeasesHotAndColdTenants: a hot tenant hammers one gateway, a cold
@@ -216,8 +185,8 @@ func TestLeasesHotAndColdTenants(t *testing.T) {
 	time.Sleep(deployment.DefaultLeaseTTL.D() + time.Second)
 	close(stop)
 	wg.Wait()
-	leased := metricSum(t, gws[0].URL, "sluice_redis_store_reservations_total", `served="lease"`)
-	direct := metricSum(t, gws[0].URL, "sluice_redis_store_reservations_total", `served="redis"`)
+	leased := metricValue(t, gws[0], `sluice_redis_store_reservations_total{served="lease"}`)
+	direct := metricValue(t, gws[0], `sluice_redis_store_reservations_total{served="redis"}`)
 	t.Logf("admitted %d tokens (hot %d in %d requests, cold %d) of %d, bound %d; hot denied %d; the hot gateway served %v reservations from leases, %v on Redis",
 		admitted.Load(), hot.Load(), hotN.Load(), cold.Load(), limit, bound, hotDenied.Load(), leased, direct)
 	if admitted.Load() < limit-bound {

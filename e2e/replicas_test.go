@@ -328,7 +328,7 @@ func assertReplicasExact(t *testing.T, gws []*proctest.Proc, counterUsed func() 
 	res := loadReplicas(t, gws, reqs, replicaClients, replicaPerClient)
 	var leased float64
 	for _, gw := range gws {
-		leased += metricSum(t, gw.URL, "sluice_redis_store_reservations_total", `served="lease"`)
+		leased += metricValue(t, gw, `sluice_redis_store_reservations_total{served="lease"}`)
 	}
 	t.Logf("admitted %d tokens in %d requests (limit %d), denied %d; per gateway admitted %v denied %v; %v reservations served from leases",
 		res.admitted, res.admittedCount, replicaLimit, res.denied, res.perGateway, res.perGatewayDeny, leased)
