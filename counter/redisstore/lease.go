@@ -346,9 +346,8 @@ func newLeaseID() uint64 {
 const maxLeaseDebits = 16
 
 // reserveLeased serves a Reserve from this replica's leases when they all
-// can, and otherwise sends it as a lease reserve that releases the leases
-// that could not serve it and asks for new ones where the local rate is
-// worth one. handled is false when leases do not apply (the caller sends a
+// can, and otherwise sends it as a lease reserve that releases the call's
+// leases and asks for new ones where the local rate is worth one. handled is false when leases do not apply (the caller sends a
 // plain reserve).
 func (s *Store) reserveLeased(ctx context.Context, debits []counter.Debit, res *counter.Result) (handled bool, err error) {
 	t := s.leases
@@ -391,7 +390,11 @@ func (s *Store) reserveLeased(ctx context.Context, debits []counter.Debit, res *
 	horizon := t.horizon.Seconds()
 	for i, c := range cs {
 		d := &debits[i]
-		if c.l.id != 0 && !c.l.serves(d, now) {
+		// Every lease of the call is released, also one that could serve
+		// its debit: this reservation is charged in Redis, where a lease's
+		// unused units count as taken, and must not be denied for units its
+		// own gateway holds.
+		if c.l.id != 0 {
 			r := t.release(s, c, d.Key, d.Group)
 			asks[i].rid, asks[i].rw, asks[i].ru = r.id, r.window, r.used
 			rels = append(rels, r)

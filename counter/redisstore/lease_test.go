@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -467,5 +468,35 @@ func TestLeaseBucketHoldDoesNotRefill(t *testing.T) {
 	}
 	if free+served > max {
 		t.Fatalf("admitted %d + %d = %d at one instant, above the bucket's capacity %d", free, served, free+served, max)
+	}
+}
+
+// A reservation that its leases cannot all serve goes to Redis, releasing
+// every lease of the call first: one that could have served its own
+// counter holds units that Redis counts as taken, and the reservation must
+// not be denied for units its own gateway holds.
+func TestLeaseMissReleasesEveryLeaseOfTheCall(t *testing.T) {
+	url := redistest.URL(t)
+	prefix := redistest.KeyPrefix(t)
+	clk := countertest.NewClock(leaseStart)
+	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	other := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	ds := leaseDebits(window(1000, time.Hour), window(100_000, time.Hour))
+	ds[0].Amount, ds[1].Amount = 1, 1
+	warmLease(t, r, ds, 10)
+	a := heldLease(r.Store, ds[0])
+	// Another gateway takes everything counter a has left in Redis: only
+	// the lease still holds some of it.
+	p := []counter.Debit{ds[0]}
+	p[0].Amount = 0
+	p[0].Amount = peekRemaining(t, other, p)[0]
+	reserveOK(t, other, p)
+	// A reservation counter b's lease cannot serve, and a's lease can.
+	call := slices.Clone(ds)
+	call[0].Amount = a.granted - a.used
+	call[1].Amount = heldLease(r.Store, ds[1]).granted + 1
+	res := reserveOK(t, r, call)
+	if res.Ticket.Origin != OriginRedis {
+		t.Fatalf("origin %d, want Redis", res.Ticket.Origin)
 	}
 }
