@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,41 +26,6 @@ const (
 	coldAPIKey = "sk-sluice-e2e-cold"
 )
 
-// writeSharedLimitDeployment writes a deployment whose route has one
-// backend token limit (a fixed window of an hour, shared by every
-// application) and two applications, hot and cold.
-func writeSharedLimitDeployment(t *testing.T, upstream, countersYAML string, limit int64) string {
-	t.Helper()
-	doc := fmt.Sprintf(`apiVersion: sluice/v1
-counters:
-%s
-providers:
-  - name: mock
-    type: openai
-    url: %s
-applications:
-  - {id: app-hot, apiKeys: [%q]}
-  - {id: app-cold, apiKeys: [%q]}
-routes:
-  - name: replicas
-    context: /openai
-    provider: mock
-    policies:
-      - {name: api-key-auth, version: v1}
-      - name: token-based-ratelimit
-        version: v1
-        params:
-          algorithm: fixed-window
-          reserveOutput: maxTokens
-          totalTokenLimits: [{count: %d, duration: 1h}]
-`, countersYAML, upstream, deployment.HashKey(hotAPIKey), deployment.HashKey(coldAPIKey), limit)
-	path := filepath.Join(t.TempDir(), "deployment.yaml")
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // TestLeasesHotAndColdTenants: a hot tenant hammers one gateway, a cold
 // tenant sends a trickle to the two others, all charging one shared limit
 // with leases on (the default). The hot gateway serves most of the
@@ -78,7 +41,9 @@ func TestLeasesHotAndColdTenants(t *testing.T) {
 	url := redistest.URL(t)
 	prefix := redistest.KeyPrefix(t)
 	const limit = 300_000
-	dep := writeSharedLimitDeployment(t, upstream, replicaRedisCounters("url: "+url, prefix, "closed"), limit)
+	// One backend limit, shared by both applications.
+	apps := fmt.Sprintf("  - {id: app-hot, apiKeys: [%q]}\n  - {id: app-cold, apiKeys: [%q]}\n", deployment.HashKey(hotAPIKey), deployment.HashKey(coldAPIKey))
+	dep := writeLimitDeployment(t, upstream, replicaRedisCounters("url: "+url, prefix, "closed"), apps, false, limit, "1h")
 	gws := startGatewayProcs(t, bin, dep, 3)
 	waitOutOfWindowEdge(t, time.Hour, 30*time.Second)
 	reqs := replicaRequests(t)

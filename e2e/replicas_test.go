@@ -62,6 +62,17 @@ func procTail(s string, n int) string {
 // countersYAML is the counters section, indented by two spaces.
 func writeReplicaDeployment(t *testing.T, upstream, countersYAML string, limit int64, window string) string {
 	t.Helper()
+	apps := fmt.Sprintf("  - id: %s\n    name: Replicas test\n    apiKeys: [%q]\n", replicaAppID, deployment.HashKey(replicaAPIKey))
+	return writeLimitDeployment(t, upstream, countersYAML, apps, true, limit, window)
+}
+
+// writeLimitDeployment writes a deployment of one route, "replicas" on
+// /openai, with api-key-auth and one token-based-ratelimit (consumerBased
+// as given) of a fixed window of `window` with reserveOutput maxTokens.
+// countersYAML and apps (the applications' list items) are indented by two
+// spaces.
+func writeLimitDeployment(t *testing.T, upstream, countersYAML, apps string, consumerBased bool, limit int64, window string) string {
+	t.Helper()
 	doc := fmt.Sprintf(`apiVersion: sluice/v1
 counters:
 %s
@@ -70,10 +81,7 @@ providers:
     type: openai
     url: %s
 applications:
-  - id: %s
-    name: Replicas test
-    apiKeys: [%q]
-routes:
+%sroutes:
   - name: replicas
     context: /openai
     provider: mock
@@ -82,11 +90,11 @@ routes:
       - name: token-based-ratelimit
         version: v1
         params:
-          consumerBased: true
+          consumerBased: %t
           algorithm: fixed-window
           reserveOutput: maxTokens
           totalTokenLimits: [{count: %d, duration: %s}]
-`, countersYAML, upstream, replicaAppID, deployment.HashKey(replicaAPIKey), limit, window)
+`, countersYAML, upstream, apps, consumerBased, limit, window)
 	path := filepath.Join(t.TempDir(), "deployment.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)

@@ -47,6 +47,41 @@ func newReader(t *testing.T, o Options, clk *countertest.Clock) *Store {
 	return s
 }
 
+// leaseEnv is a replica with leases on and a reader without (which never
+// holds a lease), sharing one Redis, key prefix and fake clock.
+type leaseEnv struct {
+	url, prefix string
+	clk         *countertest.Clock
+	r           *leaseReplica
+	reader      *Store
+}
+
+func newLeaseEnv(t *testing.T) *leaseEnv {
+	t.Helper()
+	e := &leaseEnv{url: redistest.URL(t), prefix: redistest.KeyPrefix(t), clk: countertest.NewClock(leaseStart)}
+	e.r = e.replica(t)
+	e.reader = newReader(t, Options{URL: e.url, KeyPrefix: e.prefix}, e.clk)
+	return e
+}
+
+// replica starts another replica with leases on.
+func (e *leaseEnv) replica(t *testing.T) *leaseReplica {
+	return newLeaseReplica(t, Options{URL: e.url, KeyPrefix: e.prefix}, e.clk)
+}
+
+// free is what the reader sees left of d's counter; used what it sees
+// used.
+func (e *leaseEnv) free(t *testing.T, d counter.Debit) int64 {
+	t.Helper()
+	d.Amount = 0
+	return peekRemaining(t, e.reader, []counter.Debit{d})[0]
+}
+
+func (e *leaseEnv) used(t *testing.T, d counter.Debit) int64 {
+	t.Helper()
+	return d.Limit.Max - e.free(t, d)
+}
+
 // kill stops s's reaper without releasing anything, as if its process had
 // died: its leases stay charged in Redis until they expire there.
 func kill(s *Store) {
@@ -112,11 +147,8 @@ func leaseDebits(limits ...counter.Limit) []counter.Debit {
 // The shared counter counts the leased units as used until they are
 // released, and exactly what was used after.
 func TestLeaseServesFromMemory(t *testing.T) {
-	url := redistest.URL(t)
-	prefix := redistest.KeyPrefix(t)
-	clk := countertest.NewClock(leaseStart)
-	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
-	reader := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	e := newLeaseEnv(t)
+	r, reader, clk := e.r, e.reader, e.clk
 	ds := leaseDebits(slowBucket, window(1_000_000, time.Hour), month(1_000_000))
 	const n = 1000
 	for i := range n {
@@ -230,13 +262,10 @@ func warmLease(t *testing.T, r *leaseReplica, ds []counter.Debit, left int64) {
 // expires in Redis (TTL + LeaseGrace after it was asked for); what the dead
 // replica served from it is not counted.
 func TestLeaseExpiryReturnsCapacity(t *testing.T) {
-	url := redistest.URL(t)
-	prefix := redistest.KeyPrefix(t)
 	for _, lim := range []counter.Limit{slowBucket, window(1_000_000, time.Hour), month(1_000_000)} {
 		t.Run(lim.Algorithm.String(), func(t *testing.T) {
-			clk := countertest.NewClock(leaseStart)
-			r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
-			reader := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+			e := newLeaseEnv(t)
+			r, reader, clk := e.r, e.reader, e.clk
 			ds := leaseDebits(lim)
 			ds[0].Key += lim.Algorithm.String()
 			warmLease(t, r, ds, 100)
@@ -245,28 +274,26 @@ func TestLeaseExpiryReturnsCapacity(t *testing.T) {
 			}
 			l := heldLease(r.Store, ds[0])
 			kill(r.Store)
-			p := []counter.Debit{ds[0]}
-			p[0].Amount = 0
-			before := 1_000_000 - peekRemaining(t, reader, p)[0]
+			before := e.used(t, ds[0])
 			clk.Advance(DefaultLeaseTTL + LeaseGrace - time.Millisecond)
-			if got := 1_000_000 - peekRemaining(t, reader, p)[0]; got != before {
+			if got := e.used(t, ds[0]); got != before {
 				t.Fatalf("used %d before the lease expired, want still %d", got, before)
 			}
 			clk.Advance(time.Millisecond)
-			after := 1_000_000 - peekRemaining(t, reader, p)[0]
+			after := e.used(t, ds[0])
 			if after != before-l.granted {
 				t.Fatalf("used %d once the lease expired, want %d - the grant %d = %d", after, before, l.granted, before-l.granted)
 			}
 			// A write persists the expiry: the next reservation sees the
 			// same, and the lease's slot is gone.
-			if n := leaseSlots(t, url, prefix+ds[0].Group); n != 1 {
+			if n := leaseSlots(t, e.url, e.prefix+ds[0].Group); n != 1 {
 				t.Fatalf("%d lease slots before a write, want 1", n)
 			}
 			res := reserveOK(t, reader, ds)
 			if got := 1_000_000 - res.Remaining[0]; got != after+10 {
 				t.Fatalf("used %d after a reservation, want %d", got, after+10)
 			}
-			if n := leaseSlots(t, url, prefix+ds[0].Group); n != 0 {
+			if n := leaseSlots(t, e.url, e.prefix+ds[0].Group); n != 0 {
 				t.Fatalf("%d lease slots after a write, want 0", n)
 			}
 			t.Logf("lease of %d units (%d used) expired: the counter went from %d to %d used", l.granted, l.used, before, after)
@@ -280,14 +307,9 @@ func TestLeaseExpiryReturnsCapacity(t *testing.T) {
 // window's lease lands on that window, which has ended: a no-op, whether
 // or not a lease of the new window is held.
 func TestLeaseWindowRollover(t *testing.T) {
-	url := redistest.URL(t)
-	prefix := redistest.KeyPrefix(t)
-	clk := countertest.NewClock(leaseStart) // 12:30:30
-	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
-	reader := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	e := newLeaseEnv(t) // 12:30:30
+	r, clk := e.r, e.clk
 	ds := leaseDebits(window(1_000_000, time.Minute))
-	p := []counter.Debit{ds[0]}
-	p[0].Amount = 0
 	warmLease(t, r, ds, 100)
 	old := reserveOK(t, r, ds)
 	if old.Ticket.Origin != OriginLease {
@@ -303,13 +325,13 @@ func TestLeaseWindowRollover(t *testing.T) {
 	if res.Ticket.Origin != OriginRedis || r.ops() != 1 {
 		t.Fatalf("first reservation of the next window: origin %d, want one operation on Redis", res.Ticket.Origin)
 	}
-	if used := 1_000_000 - peekRemaining(t, reader, p)[0]; used != 10 {
+	if used := e.used(t, ds[0]); used != 10 {
 		t.Fatalf("the next window has %d used, want 10", used)
 	}
 	if err := r.Adjust(context.Background(), ds, &old.Ticket, []int64{500}); err != nil {
 		t.Fatal(err)
 	}
-	if used := 1_000_000 - peekRemaining(t, reader, p)[0]; used != 10 {
+	if used := e.used(t, ds[0]); used != 10 {
 		t.Fatalf("after settling an old window's reservation the next window has %d used, want 10", used)
 	}
 	// With a lease of the new window held, the old window's settlement is
@@ -327,7 +349,7 @@ func TestLeaseWindowRollover(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r = newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	r = e.replica(t)
 	clk.Set(time.Date(2025, time.March, 14, 12, 31, 58, 500_000_000, time.UTC))
 	for range 100 {
 		reserveOK(t, r, ds)
@@ -344,11 +366,8 @@ func TestLeaseWindowRollover(t *testing.T) {
 // to Redis, releasing the lease granted under the old one, and the counter
 // stays exact.
 func TestLeaseLimitEdit(t *testing.T) {
-	url := redistest.URL(t)
-	prefix := redistest.KeyPrefix(t)
-	clk := countertest.NewClock(leaseStart)
-	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
-	reader := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	e := newLeaseEnv(t)
+	r := e.r
 	ds := leaseDebits(window(1_000_000, time.Hour))
 	warmLease(t, r, ds, 100)
 	first := heldLease(r.Store, ds[0])
@@ -367,9 +386,7 @@ func TestLeaseLimitEdit(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p := []counter.Debit{edited[0]}
-	p[0].Amount = 0
-	used := 2_000_000 - peekRemaining(t, reader, p)[0]
+	used := e.used(t, edited[0])
 	charged := 10 * int64(r.metric("sluice_redis_store_reservations_total"))
 	if used != charged {
 		t.Fatalf("counter used %d, want the %d charged", used, charged)
@@ -435,20 +452,16 @@ func TestLeaseOutage(t *testing.T) {
 // was held: the other replica would find the bucket full again on top of
 // what the lease still serves.)
 func TestLeaseBucketHoldDoesNotRefill(t *testing.T) {
-	url := redistest.URL(t)
-	prefix := redistest.KeyPrefix(t)
-	clk := countertest.NewClock(leaseStart)
-	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
-	other := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	e := newLeaseEnv(t)
+	r, other, clk := e.r, e.reader, e.clk
 	const max = 10_000
 	ds := leaseDebits(bucket(max, 10*time.Second))
 	warmLease(t, r, ds, 100)
 	// Long enough for everything consumed so far to refill, not for the
 	// lease to end.
 	clk.Advance(DefaultLeaseTTL - 100*time.Millisecond)
+	free := e.free(t, ds[0])
 	p := []counter.Debit{ds[0]}
-	p[0].Amount = 0
-	free := peekRemaining(t, other, p)[0]
 	p[0].Amount = free
 	reserveOK(t, other, p)
 	served := int64(0)
@@ -476,11 +489,8 @@ func TestLeaseBucketHoldDoesNotRefill(t *testing.T) {
 // counter holds units that Redis counts as taken, and the reservation must
 // not be denied for units its own gateway holds.
 func TestLeaseMissReleasesEveryLeaseOfTheCall(t *testing.T) {
-	url := redistest.URL(t)
-	prefix := redistest.KeyPrefix(t)
-	clk := countertest.NewClock(leaseStart)
-	r := newLeaseReplica(t, Options{URL: url, KeyPrefix: prefix}, clk)
-	other := newReader(t, Options{URL: url, KeyPrefix: prefix}, clk)
+	e := newLeaseEnv(t)
+	r := e.r
 	ds := leaseDebits(window(1000, time.Hour), window(100_000, time.Hour))
 	ds[0].Amount, ds[1].Amount = 1, 1
 	warmLease(t, r, ds, 10)
@@ -488,9 +498,8 @@ func TestLeaseMissReleasesEveryLeaseOfTheCall(t *testing.T) {
 	// Another gateway takes everything counter a has left in Redis: only
 	// the lease still holds some of it.
 	p := []counter.Debit{ds[0]}
-	p[0].Amount = 0
-	p[0].Amount = peekRemaining(t, other, p)[0]
-	reserveOK(t, other, p)
+	p[0].Amount = e.free(t, ds[0])
+	reserveOK(t, e.reader, p)
 	// A reservation counter b's lease cannot serve, and a's lease can.
 	call := slices.Clone(ds)
 	call[0].Amount = a.granted - a.used

@@ -152,19 +152,11 @@ func (s *Store) prepareLease(sc *scriptCall, debits []counter.Debit, asks []leas
 		return err
 	}
 	b, h := appendHeader(sc.num[:0], kindLease, len(debits))
-	b = appendF64(b, float64(s.leases.o.TTL.Milliseconds()))
-	b = appendF64(b, float64(LeaseGrace.Milliseconds()))
-	b = appendF64(b, LeaseShare)
-	b = appendF64(b, LeaseZone)
+	b = appendF64s(b, float64(s.leases.o.TTL.Milliseconds()), float64(LeaseGrace.Milliseconds()), LeaseShare, LeaseZone)
 	for i := range debits {
 		b = appendGroupDebit(b, &debits[i], s.prefix)
 		a := &asks[i]
-		b = appendF64(b, float64(a.rid))
-		b = appendF64(b, float64(a.rw))
-		b = appendF64(b, float64(a.ru))
-		b = appendF64(b, float64(a.lid))
-		b = appendF64(b, float64(a.want))
-		b = appendF64(b, float64(a.mn))
+		b = appendF64s(b, float64(a.rid), float64(a.rw), float64(a.ru), float64(a.lid), float64(a.want), float64(a.mn))
 	}
 	sc.num = endOp(b, h)
 	sc.clock = s.clock()
@@ -185,13 +177,8 @@ func (s *Store) prepareRelease(sc *scriptCall, rels []leaseRelease) error {
 	b, h := appendHeader(sc.num[:0], kindRelease, len(rels))
 	for i := range rels {
 		r := &rels[i]
-		b = appendF64(b, float64(r.limit.Algorithm))
-		b = appendF64(b, float64(r.limit.Max))
-		b = appendF64(b, float64(counter.Micros(r.limit.Period)))
-		b = appendF64(b, counterID(r.key))
-		b = appendF64(b, float64(r.id))
-		b = appendF64(b, float64(r.window))
-		b = appendF64(b, float64(r.used))
+		b = appendF64s(b, float64(r.limit.Algorithm), float64(r.limit.Max), float64(counter.Micros(r.limit.Period)),
+			counterID(r.key), float64(r.id), float64(r.window), float64(r.used))
 	}
 	sc.num = endOp(b, h)
 	sc.clock = s.clock()
@@ -251,6 +238,13 @@ func endOp(b []byte, h int) []byte {
 
 func appendF64(b []byte, f float64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+func appendF64s(b []byte, fs ...float64) []byte {
+	for _, f := range fs {
+		b = appendF64(b, f)
+	}
+	return b
 }
 
 func (s *Store) clock() string {
