@@ -76,6 +76,30 @@ type Redis struct {
 	ReadTimeout  Duration `yaml:"readTimeout"`
 	WriteTimeout Duration `yaml:"writeTimeout"`
 	PoolSize     int      `yaml:"poolSize"`
+	Leases       Leases   `yaml:"leases"`
+}
+
+// Leases configures the budget leases of the redis counter store: a gateway
+// takes a slice of a busy counter's remaining capacity and serves
+// reservations from it in memory (docs/redis.md, "Leases").
+type Leases struct {
+	// Mode is "auto" (default: leases for the counters they can help) or
+	// "off" (every reservation goes to Redis).
+	Mode string `yaml:"mode"`
+	// TTL is how long a gateway serves from one lease (default 2s): the
+	// capacity leased to a gateway that dies returns within TTL + 1s.
+	TTL Duration `yaml:"ttl"`
+	// Exclude lists counters never leased: a route's, a policy's, or a
+	// policy's on a route.
+	Exclude []LeaseExclusion `yaml:"exclude"`
+}
+
+// LeaseExclusion names counters that are never leased: those of the policy
+// on the route; with only one of them set, of every policy on the route or
+// of the policy on every route.
+type LeaseExclusion struct {
+	Route  string `yaml:"route"`
+	Policy string `yaml:"policy"`
 }
 
 // Provider is an upstream LLM API.
