@@ -23,7 +23,11 @@
 # chain on the memory store, bench/fullchain-redis.yaml the same on Redis at
 # $SLUICE_BENCH_REDIS_URL (default redis://127.0.0.1:6379/0)],
 # NICE [empty; e.g. -10: run everything at that niceness (needs root), so
-# other work on a shared machine disturbs the figures less].
+# other work on a shared machine disturbs the figures less],
+# SLUICE [empty: build ./cmd/sluice; a path: serve that sluice binary instead,
+# e.g. one built from another commit for an A/B].
+# With GATEWAY=cli and a Redis deployment, the gateway's Redis operations per
+# request (from its /metrics) are printed at the end.
 set -euo pipefail
 
 if [[ -n "${NICE:-}" && -z "${SLUICE_BENCH_NICED:-}" ]]; then
@@ -66,7 +70,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "building binaries in $work"
-go build -o "$work/sluice" ./cmd/sluice
+if [[ -n "${SLUICE:-}" ]]; then
+	cp "$SLUICE" "$work/sluice"
+else
+	go build -o "$work/sluice" ./cmd/sluice
+fi
 go build -o "$work/loadgen" ./bench/loadgen
 go build -o "$work/bareproxy" ./bench/bareproxy
 GATEWAY=${GATEWAY:-cli}
@@ -230,3 +238,17 @@ END {
 	printf "added p50 at %d req/s (paired run): %.0f us\n", rate, added50
 	printf "added p99 at %d req/s (separate runs, noisier): %.0f us\n", rate, sep
 }' "$work/results.txt"
+if [[ "$GATEWAY" == cli ]]; then
+	# Operations the counter store sent to Redis (one per store call that
+	# went to Redis, a lease release included; calls merged into one script
+	# invocation count one each) per request the gateway served, over the
+	# whole run (checks and warm-ups included).
+	curl -s --max-time 5 "http://127.0.0.1:$gw_port/metrics" | awk '
+	/^sluice_redis_store_op_duration_seconds_count/ { ops += $NF }
+	/^sluice_redis_store_reservations_total/ { res += $NF; if ($0 ~ /served="lease"/) leased += $NF }
+	/^sluice_requests_total/ { reqs += $NF }
+	END {
+		if (ops > 0 && reqs > 0)
+			printf "redis store: %d operations for %d requests (%.4f per request); %d reservations, %d served from leases\n", ops, reqs, ops / reqs, res, leased
+	}'
+fi

@@ -249,3 +249,23 @@ func TestWindowArithmetic(t *testing.T) {
 		t.Errorf("month ExpiresAt = %v", time.UnixMicro(got).UTC())
 	}
 }
+
+func TestSplitGroup(t *testing.T) {
+	for _, c := range []struct {
+		group, route, scope, policy string
+		ok                          bool
+	}{
+		{Group("openai", "token-based-ratelimit"), "openai", "openai", "token-based-ratelimit", true},
+		{Group("openai:app-1", "llm-cost-based-ratelimit"), "openai", "openai:app-1", "llm-cost-based-ratelimit", true},
+		{Group("openai/chat/completions:app-1", "p"), "openai", "openai/chat/completions:app-1", "p", true},
+		{"{openai}:", "", "", "", false},
+		{"openai:p", "", "", "", false},
+		{"{}:p", "", "", "", false},
+		{"", "", "", "", false},
+	} {
+		route, scope, policy, ok := SplitGroup(c.group)
+		if route != c.route || scope != c.scope || policy != c.policy || ok != c.ok {
+			t.Errorf("SplitGroup(%q) = %q, %q, %q, %v; want %q, %q, %q, %v", c.group, route, scope, policy, ok, c.route, c.scope, c.policy, c.ok)
+		}
+	}
+}

@@ -11,6 +11,7 @@ package counter
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -61,7 +62,7 @@ type Debit struct {
 	Key string
 	// Group, when not empty, names the set of counters Key is kept with: one
 	// policy instance's counters of one scope (the engine sets it to
-	// "{scope}:<policy>"). It carries the same hash tag as Key. A store may
+	// Group(scope, policy), "{scope}:<policy>"). It carries the same hash tag as Key. A store may
 	// keep a group's counters in one record (redisstore keeps them in one
 	// Redis value, so that a reservation reads and writes one key however
 	// many counters it charges); the memory store ignores it. A counter is still
@@ -72,6 +73,30 @@ type Debit struct {
 	Group  string
 	Limit  Limit
 	Amount int64 // >= 0
+}
+
+// Group is the counter.Debit.Group of a policy's counters under a scope:
+// "{scope}:<policy>". The limit engine's scopes start with the route's name
+// (route, route:app, route/resource...), and route names hold neither ':'
+// nor '/' (see SplitGroup).
+func Group(scope, policy string) string { return "{" + scope + "}:" + policy }
+
+// SplitGroup returns the route, scope and policy of a group made by Group;
+// ok is false for any other string.
+func SplitGroup(group string) (route, scope, policy string, ok bool) {
+	end := strings.Index(group, "}:")
+	if len(group) < 4 || group[0] != '{' || end < 2 {
+		return "", "", "", false
+	}
+	scope, policy = group[1:end], group[end+2:]
+	if policy == "" {
+		return "", "", "", false
+	}
+	route = scope
+	if i := strings.IndexAny(scope, ":/"); i >= 0 {
+		route = scope[:i]
+	}
+	return route, scope, policy, true
 }
 
 // Result reports a Reserve or Peek. Its slices are reused: callers size them

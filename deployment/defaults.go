@@ -20,6 +20,8 @@ const (
 	DefaultCountersBackend   = "memory"
 	DefaultRedisFailureMode  = "open"
 	DefaultRedisKeyPrefix    = "sluice:"
+	DefaultLeaseMode         = "auto"
+	DefaultLeaseTTL          = Duration(2 * time.Second)
 	DefaultPolicyVersion     = "v1"
 )
 
@@ -50,6 +52,12 @@ func ApplyDefaults(d *Deployment) {
 	}
 	if d.Counters.Redis.KeyPrefix == "" {
 		d.Counters.Redis.KeyPrefix = DefaultRedisKeyPrefix
+	}
+	if d.Counters.Redis.Leases.Mode == "" {
+		d.Counters.Redis.Leases.Mode = DefaultLeaseMode
+	}
+	if d.Counters.Redis.Leases.TTL == 0 {
+		d.Counters.Redis.Leases.TTL = DefaultLeaseTTL
 	}
 	for i := range d.Providers {
 		p := &d.Providers[i]

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
+	"time"
 )
 
 var (
@@ -65,6 +67,7 @@ func validate(d *Deployment) Errors {
 		}
 	}
 	validateCounters(d, add)
+	validateMeter(d, add)
 	providerTypes := validateProviders(d, add)
 	validateApplications(d, add)
 	validateRoutes(d, providerTypes, add)
@@ -97,6 +100,52 @@ func validateCounters(d *Deployment, add func(*Error)) {
 	case "", "open", "closed":
 	default:
 		add(d.ErrorAt("counters.redis.failureMode", false, "unknown failure mode %q: want open or closed", r.FailureMode))
+	}
+	validateLeases(d, add)
+}
+
+// Bounds of counters.redis.leases.ttl: below the minimum a lease serves too
+// few requests to save round trips; above the maximum the capacity of a
+// gateway that died stays leased for too long.
+const (
+	MinLeaseTTL = Duration(100 * time.Millisecond)
+	MaxLeaseTTL = Duration(time.Minute)
+)
+
+func validateLeases(d *Deployment, add func(*Error)) {
+	l := d.Counters.Redis.Leases
+	const base = "counters.redis.leases"
+	switch l.Mode {
+	case "", "auto", "off":
+	default:
+		add(d.ErrorAt(base+".mode", false, "unknown lease mode %q: want auto or off", l.Mode))
+	}
+	if l.TTL != 0 && (l.TTL < MinLeaseTTL || l.TTL > MaxLeaseTTL) {
+		add(d.ErrorAt(base+".ttl", false, "%v: want between %v and %v", time.Duration(l.TTL), time.Duration(MinLeaseTTL), time.Duration(MaxLeaseTTL)))
+	}
+	for i, e := range l.Exclude {
+		field := fmt.Sprintf("%s.exclude[%d]", base, i)
+		if e.Route == "" && e.Policy == "" {
+			add(d.ErrorAt(field, false, "give a route, a policy or both"))
+			continue
+		}
+		if e.Route != "" && !slices.ContainsFunc(d.Routes, func(r Route) bool { return r.Name == e.Route }) {
+			add(d.ErrorAt(field+".route", false, "no route is named %q", e.Route))
+			continue
+		}
+		if e.Policy == "" {
+			continue
+		}
+		used := slices.ContainsFunc(d.Routes, func(r Route) bool {
+			return (e.Route == "" || r.Name == e.Route) && slices.ContainsFunc(r.Policies, func(p PolicyEntry) bool { return p.Name == e.Policy })
+		})
+		switch {
+		case used:
+		case e.Route != "":
+			add(d.ErrorAt(field+".policy", false, "route %q has no policy %q", e.Route, e.Policy))
+		default:
+			add(d.ErrorAt(field+".policy", false, "no route has a policy %q", e.Policy))
+		}
 	}
 }
 

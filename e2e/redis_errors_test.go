@@ -182,6 +182,11 @@ func TestRedisErrorsFollowFailureMode(t *testing.T) {
 			errsBefore := []float64{metricValue(t, openGW, errSeries), metricValue(t, closedGW, errSeries)}
 			copiedBefore := metricValue(t, openGW, `sluice_redis_store_copied_charges_total{result="copied"}`)
 
+			// A lease held when the fault starts would report its usage
+			// after it, into a wiped counter: start with none.
+			for _, gw := range []*proctest.Proc{openGW, closedGW} {
+				waitNoLeases(t, gw)
+			}
 			f.start(t)
 			t.Cleanup(func() { f.stop(t) })
 			if f.wipes {
@@ -224,7 +229,7 @@ func TestRedisErrorsFollowFailureMode(t *testing.T) {
 			// counter holds every token it admitted. Requests keep going to
 			// it, so that charges counted locally after a copy started are
 			// copied by the next one.
-			deadline := time.Now().Add(15 * time.Second)
+			deadline := time.Now().Add(30 * time.Second)
 			for s, _ := post(closedGW); s != http.StatusOK; s, _ = post(closedGW) {
 				if time.Now().After(deadline) {
 					t.Fatalf("closed gateway not answering 200 within 15s of the fault's end")
@@ -242,7 +247,9 @@ func TestRedisErrorsFollowFailureMode(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("after the fault Redis holds %d tokens, want %d (copied charges %v, before %v)", u, admitted-wiped, copied, copiedBefore)
 				}
-				time.Sleep(200 * time.Millisecond)
+				// Slow enough that the gateway takes no lease (whose unused
+				// part Redis would count) and releases the one it holds.
+				time.Sleep(time.Second)
 			}
 		})
 	}
@@ -250,5 +257,18 @@ func TestRedisErrorsFollowFailureMode(t *testing.T) {
 		if gw.Exited() {
 			t.Errorf("%s exited: %v", gw.Name, gw.Err())
 		}
+	}
+}
+
+// waitNoLeases waits until gw holds no budget lease (it releases them when
+// idle).
+func waitNoLeases(t *testing.T, gw *proctest.Proc) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for metricValue(t, gw, "sluice_redis_store_leases") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds leases after 10s", gw.Name)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

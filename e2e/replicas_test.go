@@ -62,6 +62,17 @@ func procTail(s string, n int) string {
 // countersYAML is the counters section, indented by two spaces.
 func writeReplicaDeployment(t *testing.T, upstream, countersYAML string, limit int64, window string) string {
 	t.Helper()
+	apps := fmt.Sprintf("  - id: %s\n    name: Replicas test\n    apiKeys: [%q]\n", replicaAppID, deployment.HashKey(replicaAPIKey))
+	return writeLimitDeployment(t, upstream, countersYAML, apps, true, limit, window)
+}
+
+// writeLimitDeployment writes a deployment of one route, "replicas" on
+// /openai, with api-key-auth and one token-based-ratelimit (consumerBased
+// as given) of a fixed window of `window` with reserveOutput maxTokens.
+// countersYAML and apps (the applications' list items) are indented by two
+// spaces.
+func writeLimitDeployment(t *testing.T, upstream, countersYAML, apps string, consumerBased bool, limit int64, window string) string {
+	t.Helper()
 	doc := fmt.Sprintf(`apiVersion: sluice/v1
 counters:
 %s
@@ -70,10 +81,7 @@ providers:
     type: openai
     url: %s
 applications:
-  - id: %s
-    name: Replicas test
-    apiKeys: [%q]
-routes:
+%sroutes:
   - name: replicas
     context: /openai
     provider: mock
@@ -82,11 +90,11 @@ routes:
       - name: token-based-ratelimit
         version: v1
         params:
-          consumerBased: true
+          consumerBased: %t
           algorithm: fixed-window
           reserveOutput: maxTokens
           totalTokenLimits: [{count: %d, duration: %s}]
-`, countersYAML, upstream, replicaAppID, deployment.HashKey(replicaAPIKey), limit, window)
+`, countersYAML, upstream, apps, consumerBased, limit, window)
 	path := filepath.Join(t.TempDir(), "deployment.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -161,6 +169,12 @@ type replicaLoad struct {
 // a 429 with the rate-limit envelope; anything else fails the test.
 func loadReplicas(t *testing.T, gws []*proctest.Proc, reqs []costedChat, clients, perClient int) replicaLoad {
 	t.Helper()
+	return loadReplicasAs(t, gws, replicaAPIKey, reqs, clients, perClient)
+}
+
+// loadReplicasAs is loadReplicas with the API key apiKey.
+func loadReplicasAs(t *testing.T, gws []*proctest.Proc, apiKey string, reqs []costedChat, clients, perClient int) replicaLoad {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	client := &http.Client{
@@ -189,7 +203,7 @@ func loadReplicas(t *testing.T, gws []*proctest.Proc, reqs []costedChat, clients
 				}
 				r := reqs[(c+k)%len(reqs)]
 				g := int(seq.Add(1)-1) % len(gws)
-				status, hdr, body, err := postReplicaChat(ctx, client, gws[g].URL, r.body)
+				status, hdr, body, err := postChatAs(ctx, client, gws[g].URL, apiKey, r.body)
 				if err != nil {
 					fail("gateway-%d: %v", g, err)
 					continue
@@ -236,12 +250,17 @@ func loadReplicas(t *testing.T, gws []*proctest.Proc, reqs []costedChat, clients
 }
 
 func postReplicaChat(ctx context.Context, client *http.Client, base string, body []byte) (int, http.Header, []byte, error) {
+	return postChatAs(ctx, client, base, replicaAPIKey, body)
+}
+
+// postChatAs posts a chat completion to base's /openai route with apiKey.
+func postChatAs(ctx context.Context, client *http.Client, base, apiKey string, body []byte) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/openai/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+replicaAPIKey)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, nil, err
@@ -326,8 +345,12 @@ func assertReplicasExact(t *testing.T, gws []*proctest.Proc, counterUsed func() 
 	t.Helper()
 	reqs := replicaRequests(t)
 	res := loadReplicas(t, gws, reqs, replicaClients, replicaPerClient)
-	t.Logf("admitted %d tokens in %d requests (limit %d), denied %d; per gateway admitted %v denied %v",
-		res.admitted, res.admittedCount, replicaLimit, res.denied, res.perGateway, res.perGatewayDeny)
+	var leased float64
+	for _, gw := range gws {
+		leased += metricValue(t, gw, `sluice_redis_store_reservations_total{served="lease"}`)
+	}
+	t.Logf("admitted %d tokens in %d requests (limit %d), denied %d; per gateway admitted %v denied %v; %v reservations served from leases",
+		res.admitted, res.admittedCount, replicaLimit, res.denied, res.perGateway, res.perGatewayDeny, leased)
 	if res.admitted > replicaLimit {
 		t.Errorf("admitted %d tokens across 3 replicas, above the cluster-wide limit %d", res.admitted, replicaLimit)
 	}
@@ -363,6 +386,14 @@ func assertReplicasExact(t *testing.T, gws []*proctest.Proc, counterUsed func() 
 // deployment's count.
 func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int64 {
 	t.Helper()
+	return counterUsed(t, opts, "replicas:"+replicaAppID, limit)
+}
+
+// counterUsed reads the total-token counter of a token-based-ratelimit
+// scope (an hour's fixed window of limit) through a Redis store of its own
+// and returns the tokens used in the current window.
+func counterUsed(t *testing.T, opts redisstore.Options, scope string, limit int64) int64 {
+	t.Helper()
 	opts.FailureMode = redisstore.FailClosed
 	opts.ReadTimeout, opts.WriteTimeout = 5*time.Second, 5*time.Second
 	s, err := redisstore.New(opts)
@@ -373,7 +404,7 @@ func replicaCounterUsed(t *testing.T, opts redisstore.Options, limit int64) int6
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// The engine keeps a scope's counters in one group (counter.Debit.Group).
-	scope, policy := "replicas:"+replicaAppID, "token-based-ratelimit"
+	policy := "token-based-ratelimit"
 	l := counter.Limit{Algorithm: counter.FixedWindow, Max: limit, Period: time.Hour}
 	debits := []counter.Debit{{Key: counterKey(scope, policy, "total", l), Group: ratelimit.GroupKey(scope, policy), Limit: l}}
 	var res counter.Result

@@ -9,7 +9,8 @@
 // Import rule (docs/architecture.md, checked by internal/layout): the
 // platform imports its own subpackages, the deployment document
 // (deployment, deployment/yamlfile), the policy registry and its dry-run
-// check (policies), the usage record (meter) and the leaves; never the
+// check (policies), the usage record (meter), counter/counterconfig (to
+// compare and describe the counters setting) and the leaves; never the
 // gateway: gateways meet it at the deployment document, fetched over HTTP
 // or, in `sluice serve`, through Platform's methods. The wiring
 // (internal/app) assembles it.
@@ -30,6 +31,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"sluice/deployment"
 	"sluice/platform/api"
 	"sluice/platform/delivery"
 	"sluice/platform/secrets"
@@ -74,6 +76,13 @@ type Options struct {
 	UsageRetention time.Duration
 	// RetainEvery is how often retention runs (default 1h; also at start).
 	RetainEvery time.Duration
+	// Counters is the counters section of every generated deployment: the
+	// zero value (or backend memory) leaves it out, and each gateway counts
+	// in memory; a Redis store makes every limit one counter across all the
+	// gateways. It must pass CountersProblems. A value that differs from the
+	// stored one (the previous start's) is stored and is a new deployment
+	// version (counters.go).
+	Counters deployment.Counters
 }
 
 // Platform is a running control plane.
@@ -81,6 +90,7 @@ type Platform struct {
 	store store.Store
 	hub   *delivery.Hub
 	api   *api.Server
+	usage *usage.Service
 	echo  *echo.Echo
 	now   func() time.Time
 	stop  context.CancelFunc
@@ -112,6 +122,9 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.Registry == nil {
 		return nil, errors.New("platform: Options.Registry is required")
 	}
+	if ps := CountersProblems(o.Counters); len(ps) > 0 {
+		return nil, fmt.Errorf("platform: Options.Counters: %w", ps)
+	}
 	dsn := o.DatabaseURL
 	if dsn == "" {
 		dsn = filepath.Join(o.DataDir, store.SQLiteFile)
@@ -136,6 +149,9 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 	if err := bootstrapAdmin(ctx, st, o); err != nil {
 		return nil, err
 	}
+	if err := syncCounters(ctx, st, box, o); err != nil {
+		return nil, err
+	}
 	hub, err := delivery.NewHub(ctx, st, box, o.Now, o.Logger)
 	if err != nil {
 		return nil, err
@@ -156,7 +172,7 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 		e.Match([]string{http.MethodGet, http.MethodHead}, "/*", echo.WrapHandler(o.Console))
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	p := &Platform{store: st, hub: hub, api: srv, echo: e, now: o.Now, stop: stop}
+	p := &Platform{store: st, hub: hub, api: srv, usage: usageSvc, echo: e, now: o.Now, stop: stop}
 	p.done.Add(2)
 	go func() {
 		defer p.done.Done()
@@ -227,6 +243,18 @@ func (p *Platform) RegisterLocalGateway(ctx context.Context, id, name string) er
 		}
 		return tx.InsertGateway(ctx, store.Gateway{ID: id, Name: name, CreatedAt: p.now()})
 	})
+}
+
+// IngestUsage stores a batch of usage records (JSON lines) of the gateway
+// id, as POST /api/v1/gateway/usage does: the in-process gateway of
+// `sluice serve` ships its spool through it.
+func (p *Platform) IngestUsage(ctx context.Context, id string, body []byte) error {
+	recs, err := usage.DecodeBatch(body)
+	if err != nil {
+		return err
+	}
+	_, err = p.usage.Ingest(ctx, id, recs)
+	return err
 }
 
 // Report records a check-in of the gateway id.

@@ -39,6 +39,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/admission"
 	"sluice/counter"
 	"sluice/dialect"
 	"sluice/gwerror"
@@ -123,7 +124,19 @@ type Call struct {
 	Identified bool
 
 	limits dialect.Limits
+	output int64
 }
+
+// StreamOutput is the output of a streamed response forwarded to the client
+// before the event the stream phase is handling, in tokens as the gateway
+// counts them (every choice, each event's text tokenized as it passes); 0
+// for bodies and before the first event. A policy that meters output as it
+// is generated (fair-admission) reads it in the stream phase.
+func (c *Call) StreamOutput() int64 { return c.output }
+
+// SetStreamOutput records the stream output forwarded so far; the gateway
+// calls it before each event's stream phase.
+func (c *Call) SetStreamOutput(tokens int64) { c.output = tokens }
 
 // Limits is the rate-limit state the response reports: per kind the tightest
 // counter the limit policies admitted the request on. The gateway renders it
@@ -233,6 +246,11 @@ type Services struct {
 	Pricing *pricing.Catalog
 	// Tokens estimates prompt tokens.
 	Tokens *tokencount.Counter
+	// Admission is the fair-admission scheduler (fair-admission): one per
+	// process, configured by the gateway with every deployment it applies
+	// before the deployment's chains serve, so queues, running requests and
+	// counters survive reloads. A policy instance never closes it.
+	Admission *admission.Scheduler
 	// Metrics registers policy collectors (nil: no metrics). Chains are rebuilt
 	// on reload, so policies register with RegisterOrReuse.
 	Metrics prometheus.Registerer

@@ -94,7 +94,7 @@ func backend(c deployment.Counters) string {
 
 // Describe is the store c selects, as log attributes without credentials:
 // the backend and, for redis, the address(es) (a URL without its user
-// information), cluster mode, key prefix and failure mode.
+// information), cluster mode, key prefix, failure mode and lease mode.
 func Describe(c deployment.Counters) []any {
 	if backend(c) == Memory {
 		return []any{"backend", Memory, "scope", "this process only"}
@@ -110,7 +110,14 @@ func Describe(c deployment.Counters) []any {
 		}
 	}
 	return []any{"backend", Redis, "addr", addr, "cluster", r.Cluster || len(r.Addrs) > 1,
-		"key_prefix", r.KeyPrefix, "failure_mode", r.FailureMode}
+		"key_prefix", r.KeyPrefix, "failure_mode", r.FailureMode, "leases", leaseMode(r.Leases)}
+}
+
+func leaseMode(l deployment.Leases) string {
+	if l.Mode == "" {
+		return deployment.DefaultLeaseMode
+	}
+	return l.Mode
 }
 
 // redisOptions maps the deployment's counters.redis section to the Redis
@@ -129,5 +136,36 @@ func redisOptions(c deployment.Redis) redisstore.Options {
 		ReadTimeout:  time.Duration(c.ReadTimeout),
 		WriteTimeout: time.Duration(c.WriteTimeout),
 		PoolSize:     c.PoolSize,
+		Leases: redisstore.LeaseOptions{
+			Enabled: c.Leases.Mode != LeasesOff,
+			TTL:     time.Duration(c.Leases.TTL),
+			Exclude: leaseExclusions(c.Leases.Exclude),
+		},
+	}
+}
+
+// LeasesOff is the counters.redis.leases.mode that turns leases off ("auto",
+// the default, turns them on for the counters they can help).
+const LeasesOff = "off"
+
+// leaseExclusions is the redisstore.LeaseOptions.Exclude of the
+// deployment's exclusions (nil when there are none): a group (see
+// counter.Group) is excluded when its route and policy match one of them,
+// an empty field matching any.
+func leaseExclusions(ex []deployment.LeaseExclusion) func(group string) bool {
+	if len(ex) == 0 {
+		return nil
+	}
+	return func(group string) bool {
+		route, _, policy, ok := counter.SplitGroup(group)
+		if !ok {
+			return false
+		}
+		for _, e := range ex {
+			if (e.Route == "" || e.Route == route) && (e.Policy == "" || e.Policy == policy) {
+				return true
+			}
+		}
+		return false
 	}
 }

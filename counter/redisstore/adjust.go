@@ -27,6 +27,9 @@ func (s *Store) Adjust(ctx context.Context, debits []counter.Debit, t *counter.T
 		s.journalLocal(debits, t.Window, func(i int) int64 { return deltas[i] })
 		return nil
 	}
+	if s.leases != nil {
+		deltas = s.leases.absorb(debits, t, deltas)
+	}
 	if allZero(deltas) {
 		return nil
 	}
@@ -42,6 +45,7 @@ func (s *Store) Adjust(ctx context.Context, debits []counter.Debit, t *counter.T
 		return s.dropErr(nil)
 	}
 	sc.start = time.Now()
+	s.m.ops[opAdjust].Inc()
 	// In failure mode open a settlement returns nil whether it lands or is
 	// dropped, so when it would queue anyway the caller need not wait for
 	// it (see Background settlement in docs/redis.md). Mode closed waits,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"sluice/counter"
@@ -46,6 +47,8 @@ import (
 // Options.MaxInFlight.
 //
 //	go test -run '^$' -bench . -benchtime 20000x ./counter/redisstore/
+//
+// BenchmarkLeases (below) measures leases on the full chain's shape.
 
 const benchScopes = 1000
 
@@ -132,6 +135,91 @@ func benchReserveAdjust(b *testing.B, mk func(tag string) []counter.Debit, delta
 			})
 			cpu.report(b)
 			reportCommands(b, cnt)
+		})
+	}
+}
+
+// BenchmarkLeases: one op is what a request of the full chain of
+// docs/benchmarks.md section 5 costs the store, with leases on: three
+// reservations of one counter each (a backend and a consumer token bucket
+// per hour, a consumer budget window per day, each its own group, of one
+// busy application), each settled 10% above its estimate. "far": limits
+// far above what the run spends, so the counters are served from leases;
+// "near": each counter starts within the last tenth of its limit (and the
+// settlements refund what keeps it there), where no lease is granted and
+// every reservation is exact in Redis; "near-off": the same with leases
+// off (what asking for leases costs there). Reports the Redis operations per
+// request (store calls sent to Redis: sluice_redis_store_operations_total)
+// and the EVALSHA commands per request (operations merged into one
+// invocation share one), besides the usual figures.
+func BenchmarkLeases(b *testing.B) {
+	url := redistest.URL(b)
+	chain := func(max int64) [][]counter.Debit {
+		return [][]counter.Debit{
+			{{Key: "{bench}:token-based-ratelimit:total:1h", Group: "{bench}:token-based-ratelimit", Limit: bucket(max, time.Hour), Amount: 500}},
+			{{Key: "{bench:app}:token-based-ratelimit:total:1h", Group: "{bench:app}:token-based-ratelimit", Limit: bucket(max, time.Hour), Amount: 500}},
+			{{Key: "{bench:app}:llm-cost-based-ratelimit:cost:1d", Group: "{bench:app}:llm-cost-based-ratelimit", Limit: window(max, 24*time.Hour), Amount: 2000}},
+		}
+	}
+	for _, c := range []struct {
+		name        string
+		near, lease bool
+	}{{"far", false, true}, {"near", true, true}, {"near-off", true, false}} {
+		near := c.near
+		b.Run(c.name+"/conc=16", func(b *testing.B) {
+			const max = 1_000_000_000
+			calls := chain(1e13)
+			if near {
+				calls = chain(max)
+			}
+			cnt := newCmdCounter()
+			s := newTestStore(b, Options{URL: url, Hooks: []redis.Hook{cnt}, PoolSize: 32, MaxInFlight: benchInFlight(), Leases: LeaseOptions{Enabled: c.lease}})
+			ctx := context.Background()
+			// Per call, its settlement: 10% above the estimate, or (near) a
+			// refund of all of it, so that the counter stays where it is.
+			deltas := make([][]int64, len(calls))
+			for i, ds := range calls {
+				var res counter.Result
+				warm := slices.Clone(ds)
+				warm[0].Amount = 0
+				deltas[i] = []int64{ds[0].Amount / 10}
+				if near {
+					warm[0].Amount = max * 95 / 100
+					deltas[i] = []int64{-ds[0].Amount}
+				}
+				if err := s.Reserve(ctx, warm, &res); err != nil || !res.Allowed {
+					b.Fatalf("warm-up: %v %+v", err, res)
+				}
+			}
+			cnt.take()
+			var ops0 float64
+			for _, c := range s.m.ops {
+				ops0 += testutil.ToFloat64(c)
+			}
+			cpu := newServerCPU(b, url)
+			runLatency(b, 16, func(int) error {
+				for i, ds := range calls {
+					var res counter.Result
+					if err := s.Reserve(ctx, ds, &res); err != nil {
+						return err
+					}
+					if !res.Allowed {
+						return fmt.Errorf("denied: %+v", res)
+					}
+					if err := s.Adjust(ctx, ds, &res.Ticket, deltas[i]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			cpu.report(b)
+			m, _ := cnt.take()
+			var ops float64
+			for _, c := range s.m.ops {
+				ops += testutil.ToFloat64(c)
+			}
+			b.ReportMetric((ops-ops0)/float64(b.N), "redis-ops/request")
+			b.ReportMetric(float64(m["evalsha"]+m["eval"])/float64(b.N), "evalsha/request")
 		})
 	}
 }

@@ -1,7 +1,10 @@
 package redisstore
 
 import (
+	"sync/atomic"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"time"
 
 	"sluice/counter"
@@ -54,4 +57,22 @@ func redisTimeStore(t *testing.T, o Options, now func() time.Time) *Store {
 	created := time.Now()
 	s.clockSpec = func() string { return offsetClock(now().Sub(created)) }
 	return s
+}
+
+// The conformance suite with leases on: a store serving from leases must
+// answer as one without (the suite runs one store alone, so what it
+// reports from its leases is exact). The suite's concurrent cases are
+// busy enough to be served from leases.
+func TestConformanceLeases(t *testing.T) {
+	url := redistest.URL(t)
+	var leased atomic.Int64
+	countertest.Run(t, func(t *testing.T, now func() time.Time) counter.Store {
+		s := newTestStore(t, Options{URL: url, Now: now, Leases: LeaseOptions{Enabled: true}})
+		s.clockSpec = func() string { return fixedClock(now()) }
+		t.Cleanup(func() { leased.Add(int64(testutil.ToFloat64(s.m.reservations[servedLease]))) })
+		return s
+	}, countertest.Caps{FrozenClock: true})
+	if leased.Load() == 0 {
+		t.Error("no reservation of the suite was served from a lease")
+	}
 }

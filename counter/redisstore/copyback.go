@@ -145,6 +145,7 @@ func (s *Store) copyBack(ctx context.Context) {
 		sc := getCall()
 		err := s.prepare(sc, kindCharge, ds, []int64{k.window}, []int64{amount})
 		if err == nil {
+			s.m.ops[opCharge].Inc()
 			s.co.do(ctx, sc)
 			err = sc.err
 		}

@@ -78,6 +78,7 @@ func (s *Store) fallback(ctx context.Context, op string, debits []counter.Debit,
 	if op == opPeek {
 		err = s.local.Peek(ctx, debits, res)
 	} else {
+		s.m.reservations[servedLocal].Inc()
 		err = s.local.Reserve(ctx, debits, res)
 		if err == nil && res.Allowed {
 			s.journalLocal(debits, res.Ticket.Window, func(i int) int64 { return debits[i].Amount })

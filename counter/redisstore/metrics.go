@@ -13,6 +13,17 @@ const (
 	opReserve = "reserve"
 	opAdjust  = "adjust"
 	opPeek    = "peek"
+	// Operations of leases and of the outage copy-back.
+	opLease   = "lease"
+	opRelease = "release"
+	opCharge  = "charge"
+)
+
+// Where a reservation was served (the served label).
+const (
+	servedRedis = "redis"
+	servedLease = "lease"
+	servedLocal = "local"
 )
 
 // metrics are the store's collectors. Several stores may share a registry
@@ -28,6 +39,17 @@ type metrics struct {
 	fallback prometheus.Gauge
 	dropped  prometheus.Counter
 	copied   *prometheus.CounterVec
+
+	// ops counts the operations sent to Redis by op, reservations the
+	// Reserve calls by where they were served: their ratio is the Redis
+	// operations per reservation. Both maps are read-only once built.
+	ops          map[string]prometheus.Counter
+	reservations map[string]prometheus.Counter
+	// Leases: held now (several stores may share the gauge: Inc and Dec
+	// only), units granted, units released unused.
+	leases      prometheus.Gauge
+	leased      prometheus.Counter
+	leaseUnused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -61,6 +83,34 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for i, op := range []string{opReserve, opAdjust, opPeek} {
 		m.byOp[i] = m.latency.WithLabelValues(op)
 	}
+	ops := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_redis_store_operations_total",
+		Help: "Operations sent to Redis by the counter store, by op: reserve, peek, adjust (a settlement), lease (a reservation that also releases or asks for leases), release (leases released), charge (an outage's local charges copied back). Merged operations count one each.",
+	}, []string{"op"}))
+	m.ops = map[string]prometheus.Counter{}
+	for _, op := range []string{opReserve, opPeek, opAdjust, opLease, opRelease, opCharge} {
+		m.ops[op] = ops.WithLabelValues(op)
+	}
+	res := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_redis_store_reservations_total",
+		Help: "Reservations made through the Redis counter store, by where they were served: redis (one operation), lease (from a lease this gateway holds, no round trip), local (the local fallback while Redis was unavailable).",
+	}, []string{"served"}))
+	m.reservations = map[string]prometheus.Counter{}
+	for _, w := range []string{servedRedis, servedLease, servedLocal} {
+		m.reservations[w] = res.WithLabelValues(w)
+	}
+	m.leases = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_redis_store_leases",
+		Help: "Budget leases this gateway holds now (one per counter at most).",
+	}))
+	m.leased = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_redis_store_leased_units_total",
+		Help: "Units granted to this gateway in budget leases (tokens, requests or micro-USD, as the counters count).",
+	}))
+	m.leaseUnused = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_redis_store_lease_unused_units_total",
+		Help: "Units of budget leases released unused (given back to the shared counters).",
+	}))
 	return m
 }
 

@@ -29,6 +29,10 @@ const (
 	// adjust that may start the current window.
 	kindCharge      byte = 7
 	kindGroupCharge byte = 8
+	// A lease reserve and a lease release, over a group (see
+	// lua/lease.lua).
+	kindLease   byte = 9
+	kindRelease byte = 10
 )
 
 // prepare fills sc for one operation of luaBatch: kind is kindReserve,
@@ -119,16 +123,66 @@ func packReserve(b []byte, kind byte, debits []counter.Debit, prefix string) []b
 	b, h := appendHeader(b, kind, len(debits))
 	group := kind == kindGroupReserve || kind == kindGroupPeek
 	for i := range debits {
-		d := &debits[i]
-		b = appendLimit(b, d)
-		b = appendF64(b, float64(d.Amount))
 		if group {
-			b = appendF64(b, counterID(d.Key))
-			b = binary.LittleEndian.AppendUint16(b, uint16(len(prefix)+len(d.Key)))
-			b = append(append(b, prefix...), d.Key...)
+			b = appendGroupDebit(b, &debits[i], prefix)
+		} else {
+			b = appendLimit(b, &debits[i])
+			b = appendF64(b, float64(debits[i].Amount))
 		}
 	}
 	return endOp(b, h)
+}
+
+// appendGroupDebit appends a debit of a group reserve: alg, max,
+// period_us, amount, the counter's id and its prefixed key in the per-key
+// layout (16-bit length, bytes).
+func appendGroupDebit(b []byte, d *counter.Debit, prefix string) []byte {
+	b = appendLimit(b, d)
+	b = appendF64(b, float64(d.Amount))
+	b = appendF64(b, counterID(d.Key))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(prefix)+len(d.Key)))
+	return append(append(b, prefix...), d.Key...)
+}
+
+// prepareLease fills sc for a lease reserve (kindLease) of debits, which
+// share a group: the op-level ttl_ms, grace_ms, share and zone, then per
+// debit the group reserve's debit and its ask (see lua/lease.lua).
+func (s *Store) prepareLease(sc *scriptCall, debits []counter.Debit, asks []leaseAsk) error {
+	if _, err := s.keys(sc, debits); err != nil {
+		return err
+	}
+	b, h := appendHeader(sc.num[:0], kindLease, len(debits))
+	b = appendF64s(b, float64(s.leases.o.TTL.Milliseconds()), float64(LeaseGrace.Milliseconds()), LeaseShare, LeaseZone)
+	for i := range debits {
+		b = appendGroupDebit(b, &debits[i], s.prefix)
+		a := &asks[i]
+		b = appendF64s(b, float64(a.rid), float64(a.rw), float64(a.ru), float64(a.lid), float64(a.want), float64(a.mn))
+	}
+	sc.num = endOp(b, h)
+	sc.clock = s.clock()
+	return nil
+}
+
+// prepareRelease fills sc for a lease release (kindRelease) of rels, which
+// share a group: per lease its counter's alg, max, period_us and id, the
+// lease's id, window and usage.
+func (s *Store) prepareRelease(sc *scriptCall, rels []leaseRelease) error {
+	key := s.prefix + rels[0].group
+	sc.keyBuf = append(sc.keyBuf[:0], key)
+	sc.keys = sc.keyBuf
+	sc.slot = 0
+	if s.cluster {
+		sc.slot = Slot(key)
+	}
+	b, h := appendHeader(sc.num[:0], kindRelease, len(rels))
+	for i := range rels {
+		r := &rels[i]
+		b = appendF64s(b, float64(r.limit.Algorithm), float64(r.limit.Max), float64(counter.Micros(r.limit.Period)),
+			counterID(r.key), float64(r.id), float64(r.window), float64(r.used))
+	}
+	sc.num = endOp(b, h)
+	sc.clock = s.clock()
+	return nil
 }
 
 // packAdjust appends one adjust operation of luaBatch: its header, then per
@@ -184,6 +238,13 @@ func endOp(b []byte, h int) []byte {
 
 func appendF64(b []byte, f float64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+func appendF64s(b []byte, fs ...float64) []byte {
+	for _, f := range fs {
+		b = appendF64(b, f)
+	}
+	return b
 }
 
 func (s *Store) clock() string {

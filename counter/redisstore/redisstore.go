@@ -42,6 +42,10 @@ const (
 	OriginRedis uint8 = 0
 	// OriginLocal: Redis was unavailable and the fallback store took them.
 	OriginLocal uint8 = 1
+	// OriginLease: a lease this store holds served them (their units were
+	// charged in Redis with the lease); a settlement goes to the lease while
+	// it is valid, else to Redis.
+	OriginLease uint8 = 2
 )
 
 // Failure modes.
@@ -100,9 +104,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics registers the store's collectors (nil: none).
 	Metrics prometheus.Registerer
-	// Now is the clock of the local fallback store only (default time.Now);
-	// Redis counters use redis TIME.
+	// Now is the clock of the local fallback store and of leases (their
+	// expiry as this store sees it; default time.Now); Redis counters use
+	// redis TIME.
 	Now func() time.Time
+	// Leases configures budget leases (off when not Enabled); see
+	// LeaseOptions and docs/redis.md.
+	Leases LeaseOptions
 	// Hooks are added to the go-redis client (tracing, command counting).
 	Hooks []redis.Hook
 }
@@ -132,6 +140,9 @@ type Store struct {
 	// The failure logs (see logFailure) and the recovery log, each rate
 	// limited.
 	outageLog, bugLog, upLog logLimiter
+
+	// leases are this store's budget leases (nil: off).
+	leases *leaseTable
 
 	// clockSpec, when set (tests only), overrides the scripts' clock: see
 	// now_us in lua/common.lua.
@@ -175,16 +186,24 @@ func New(opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if opts.Leases.Enabled {
+		s.leases = newLeaseTable(opts.Leases, opts.Now)
+		go s.reap()
+	}
 	return s, nil
 }
 
-// Close implements counter.Store: it copies the local fallback's charges
-// still journaled to Redis if Redis is up (see copyBack; within
-// copyTimeout), waits for the settlements still being sent in the
+// Close implements counter.Store: it releases the leases it holds and the
+// releases still to retry, and copies the local fallback's charges still
+// journaled, to Redis if Redis is up (see copyBack; within copyTimeout
+// each), waits for the settlements still being sent in the
 // background (each bounded by the command timeouts), then closes the Redis
 // client and stops the fallback store's sweeper. Calls must not be made
 // during or after Close.
 func (s *Store) Close() error {
+	if s.leases != nil {
+		s.closeLeases()
+	}
 	s.finalCopy()
 	s.co.close()
 	_ = s.local.Close()

@@ -30,6 +30,11 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []counter.Debit,
 			return fmt.Errorf("redisstore: %w", err)
 		}
 	}
+	if op == opReserve && s.leases != nil {
+		if handled, err := s.reserveLeased(ctx, debits, res); handled {
+			return err
+		}
+	}
 	sc := getCall()
 	defer putCall(sc)
 	kind := kindReserve
@@ -44,12 +49,13 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []counter.Debit,
 		return s.fallback(ctx, op, debits, res, nil)
 	}
 	start := time.Now()
+	s.m.ops[op].Inc()
 	s.co.do(ctx, sc)
 	err = sc.err
 	s.m.observe(op, start)
 	if err == nil {
 		if reply, ok := sc.reply.(string); !ok || !fillResult(res, reply) {
-			err = fmt.Errorf("%w %T for %d debits", errMalformedReply, sc.reply, len(debits))
+			err = errMalformed(sc.reply, len(debits))
 		}
 	}
 	if err != nil {
@@ -57,7 +63,16 @@ func (s *Store) evaluate(ctx context.Context, op string, debits []counter.Debit,
 	}
 	s.up()
 	res.Ticket.Origin = OriginRedis
+	if op == opReserve {
+		s.m.reservations[servedRedis].Inc()
+	} else if s.leases != nil {
+		s.leases.addUnused(debits, res)
+	}
 	return nil
+}
+
+func errMalformed(reply any, n int) error {
+	return fmt.Errorf("%w %T for %d debits", errMalformedReply, reply, n)
 }
 
 // fillResult copies a reserve/peek reply (see luaBatch: 4 + 3n little-endian
@@ -68,12 +83,7 @@ func fillResult(res *counter.Result, reply string) bool {
 	if len(reply) != 8*(4+3*n) {
 		return false
 	}
-	v := func(i int) int64 {
-		b := reply[8*i : 8*i+8]
-		u := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-		return int64(math.Float64frombits(u))
-	}
+	v := func(i int) int64 { return int64(f64At(reply, i)) }
 	res.Allowed = v(0) == 1
 	res.Denied = int(v(1))
 	res.RetryAfter = counter.FromMicros(v(2))
@@ -85,4 +95,12 @@ func fillResult(res *counter.Result, reply string) bool {
 		res.Ticket.Window[i] = v(o + 2)
 	}
 	return true
+}
+
+// f64At is the i-th little-endian double of a packed reply.
+func f64At(reply string, i int) float64 {
+	b := reply[8*i : 8*i+8]
+	u := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+	return math.Float64frombits(u)
 }

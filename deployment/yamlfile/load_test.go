@@ -342,6 +342,13 @@ func TestCountersValidation(t *testing.T) {
 		{"url and addrs", "counters:\n  backend: redis\n  redis: {url: \"redis://x:1\", addrs: [\"x:1\"]}\n", "counters.redis.addrs"},
 		{"failure mode", "counters:\n  redis: {failureMode: maybe}\n", "counters.redis.failureMode"},
 		{"braces in prefix", "counters:\n  redis: {keyPrefix: \"{x}\"}\n", "counters.redis.keyPrefix"},
+		{"lease mode", "counters:\n  redis: {leases: {mode: always}}\n", "counters.redis.leases.mode"},
+		{"lease ttl too short", "counters:\n  redis: {leases: {ttl: 10ms}}\n", "counters.redis.leases.ttl"},
+		{"lease ttl too long", "counters:\n  redis: {leases: {ttl: 2m}}\n", "counters.redis.leases.ttl"},
+		{"lease exclusion empty", "counters:\n  redis: {leases: {exclude: [{}]}}\n", "counters.redis.leases.exclude[0]"},
+		{"lease exclusion route", "counters:\n  redis: {leases: {exclude: [{route: r2}]}}\n", "counters.redis.leases.exclude[0].route"},
+		{"lease exclusion policy", "counters:\n  redis: {leases: {exclude: [{policy: fake-limit}]}}\n", "counters.redis.leases.exclude[0].policy"},
+		{"lease exclusion policy on route", "counters:\n  redis: {leases: {exclude: [{route: r1, policy: fake-limit}]}}\n", "counters.redis.leases.exclude[0].policy"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -358,6 +365,13 @@ func TestCountersValidation(t *testing.T) {
 	if d.Counters.Redis.FailureMode != "closed" || len(d.Counters.Redis.Addrs) != 2 {
 		t.Errorf("redis = %+v", d.Counters.Redis)
 	}
+	d, errs = load(t, header+"counters:\n  redis:\n    leases:\n      mode: \"off\"\n      ttl: 5s\n      exclude: [{route: r1}, {policy: fake-auth}, {route: r1, policy: fake-auth}]\n", nil)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	if l := d.Counters.Redis.Leases; l.Mode != "off" || l.TTL.D() != 5*time.Second || len(l.Exclude) != 3 || l.Exclude[2] != (deployment.LeaseExclusion{Route: "r1", Policy: "fake-auth"}) {
+		t.Errorf("leases = %+v", l)
+	}
 }
 
 func TestDefaultsFilled(t *testing.T) {
@@ -373,6 +387,8 @@ func TestDefaultsFilled(t *testing.T) {
 		{"backend", d.Counters.Backend, "memory"},
 		{"failureMode", d.Counters.Redis.FailureMode, "open"},
 		{"keyPrefix", d.Counters.Redis.KeyPrefix, "sluice:"},
+		{"lease mode", d.Counters.Redis.Leases.Mode, "auto"},
+		{"lease ttl", d.Counters.Redis.Leases.TTL.D(), 2 * time.Second},
 		{"maxRequestBytes", d.Server.MaxRequestBytes, int64(10 << 20)},
 		{"shutdownGrace", d.Server.ShutdownGrace.D(), 30 * time.Second},
 		{"readHeaderTimeout", d.Server.ReadHeaderTimeout.D(), 10 * time.Second},

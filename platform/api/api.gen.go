@@ -700,7 +700,7 @@ type ProviderDeployment struct {
 	// Version The deployment version this view was generated from.
 	Version int64 `json:"version"`
 
-	// Yaml The provider's part of the deployment document, as YAML.
+	// Yaml The provider's part of the deployment document, as YAML: its provider and route, and the counters section every gateway counts in, with the upstream key and any Redis password redacted.
 	Yaml string `json:"yaml"`
 }
 

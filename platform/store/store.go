@@ -74,6 +74,12 @@ type Tx interface {
 	// change of what gateways serve (BumpVersion, in the same transaction).
 	Version(ctx context.Context) (int64, error)
 	BumpVersion(ctx context.Context) (int64, error)
+	// Counters is the sealed counters setting of the generated deployments
+	// (nil: none was ever set, or it was cleared); SetCounters replaces it.
+	// The store does not interpret the value: a change of what gateways
+	// serve, it goes with BumpVersion in the same transaction.
+	Counters(ctx context.Context) ([]byte, error)
+	SetCounters(ctx context.Context, sealed []byte) error
 
 	// Admin tokens.
 	AdminTokenByHash(ctx context.Context, hash string) (AdminToken, error)

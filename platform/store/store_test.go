@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -419,6 +420,41 @@ func TestConcurrentRevisionOneWinner(t *testing.T) {
 		v := read(t, s, func(ctx context.Context, tx store.Tx) (int64, error) { return tx.Version(ctx) })
 		if won != 1 || stale != n-1 || v != 2 {
 			t.Fatalf("%d won, %d stale, version %d; want 1, %d, 2 (the losers' version bumps rolled back)", won, stale, v, n-1)
+		}
+	})
+}
+
+// The counters setting is opaque bytes: absent at first, replaced, cleared;
+// a rolled-back write leaves it as it was.
+func TestCountersSetting(t *testing.T) {
+	engines(t, func(t *testing.T, s store.Store) {
+		ctx := context.Background()
+		get := func() []byte {
+			return read(t, s, func(ctx context.Context, tx store.Tx) ([]byte, error) { return tx.Counters(ctx) })
+		}
+		if b := get(); b != nil {
+			t.Fatalf("fresh store: %x, want nil", b)
+		}
+		sealed := []byte{0, 1, 2, 255}
+		write(t, s, func(ctx context.Context, tx store.Tx) error { return tx.SetCounters(ctx, sealed) })
+		if b := get(); !bytes.Equal(b, sealed) {
+			t.Fatalf("read back %x, want %x", b, sealed)
+		}
+		boom := errors.New("boom")
+		if err := s.Write(ctx, func(tx store.Tx) error {
+			if err := tx.SetCounters(ctx, []byte{9}); err != nil {
+				return err
+			}
+			return boom
+		}); !errors.Is(err, boom) {
+			t.Fatal(err)
+		}
+		if b := get(); !bytes.Equal(b, sealed) {
+			t.Fatalf("after a rollback %x, want %x", b, sealed)
+		}
+		write(t, s, func(ctx context.Context, tx store.Tx) error { return tx.SetCounters(ctx, nil) })
+		if b := get(); b != nil {
+			t.Fatalf("cleared: %x, want nil", b)
 		}
 	})
 }

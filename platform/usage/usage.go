@@ -208,7 +208,8 @@ type Result struct {
 }
 
 // Ingest stores a batch of records sent by the gateway gatewayID. Every
-// record must name that gateway and be dated at most MaxFuture after the
+// record must name that gateway (a record without gateway_id is given it: a
+// gateway need not know the id its token stands for) and be dated at most MaxFuture after the
 // platform's clock, else the batch is refused whole (*BatchError). Each
 // record not stored before is stored and added to the hourly and daily
 // rollups in one transaction, so a resend (of a batch, or of any records
@@ -218,6 +219,9 @@ func (s *Service) Ingest(ctx context.Context, gatewayID string, recs []meter.Rec
 	var be BatchError
 	for i := range recs {
 		r := &recs[i]
+		if r.GatewayID == "" {
+			r.GatewayID = gatewayID
+		}
 		switch {
 		case r.GatewayID != gatewayID:
 			be.add(RecordError{Index: i, ID: r.ID, Field: "gateway_id",

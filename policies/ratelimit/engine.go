@@ -188,7 +188,7 @@ func (e *Engine) StandardKey(scope string, i int) string {
 
 // GroupKey is "{scope}:<policy>": the counter.Debit.Group of policy's counters
 // under scope with the standard keys, and the start of each of their keys.
-func GroupKey(scope, policy string) string { return "{" + scope + "}:" + policy }
+func GroupKey(scope, policy string) string { return counter.Group(scope, policy) }
 
 // Scope returns the cached scope for id, building it with name(id) on first
 // use. id is whatever identifies the scope cheaply (the application id for a

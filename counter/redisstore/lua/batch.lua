@@ -1,5 +1,8 @@
--- batch.lua: the one counter script (appended to common.lua; Go: luaBatch).
--- It runs several independent operations (one per store call) in one
+-- batch.lua: the counter operations of the one counter script (Go:
+-- luaBatch, which is common.lua, this file, lease.lua and run.lua run as
+-- one chunk; run.lua decodes the operations and calls the functions here
+-- and in lease.lua). The script runs several independent operations (one
+-- per store call) in one
 -- invocation, in order, each as if it were a script call of its own: a
 -- later operation sees the earlier ones' writes, and an operation that
 -- fails (a Lua or command error, trapped by pcall) fails alone.
@@ -20,7 +23,8 @@
 -- ARGV[2]: per operation a header, struct '<BHI4': kind (1 reserve, 2 peek,
 -- 3 adjust; 4, 5, 6 the same over a group; 7, 8 a charge copied back from
 -- the local fallback: an adjust that may start the current window, per key
--- and over a group), its number of debits n and the size of what follows,
+-- and over a group; 9, 10 a lease reserve and a lease release over a group,
+-- see lease.lua), its number of debits n and the size of what follows,
 -- then per debit: for reserve and peek the little-endian doubles alg, max,
 -- period_us, amount (32 bytes, see packReserve); for adjust and charge alg,
 -- max, period_us, window_s, delta (40 bytes, see packAdjust). Over a group,
@@ -62,7 +66,10 @@
 -- fixed order and counters added to or removed from a policy leave the
 -- others alone. A write drops the slots whose z has passed (the same as
 -- absent) and deletes a group left with none; the key's TTL follows the
--- latest z as a bucket key's does.
+-- latest z as a bucket key's does. Slots of tag 6 and 7 are leases
+-- (lease.lua): every operation over a group ends those that expired
+-- (gsweep) before it reads a counter, and a bucket counts the units its
+-- leases hold (H) beside what it consumed.
 
 local clock = ARGV[1]
 local mws, mwe    -- the current month, once computed
@@ -110,29 +117,70 @@ end
 local G, gn, ge = {}, 0, nil
 local gfmts = {}
 
--- gload decodes a group value (a GET/MGET reply) into G; false when there
--- is none (absent, or not a group value).
-local function gload(raw)
-  gn, ge = 0, nil
-  if not raw then return false end
-  local len = #raw
-  if byte(raw, 1) ~= 5 or (len - 9) % 33 ~= 0 then return false end
-  local _, e, p = unpack_state('<Bd', raw)
-  local k = 0
-  while p <= len do
-    G[k + 1], G[k + 2], G[k + 3], G[k + 4], G[k + 5], p = unpack_state('<dBddd', raw, p)
-    k = k + 5
-  end
-  gn, ge = k / 5, e
-  return true
-end
-
 -- gfind returns the slot of counter id in G, 0 when it has none.
 local function gfind(id)
   for s = 1, gn do
     if G[s * 5 - 4] == id then return s end
   end
   return 0
+end
+
+-- H: per counter id, the units held by the live bucket leases of the group
+-- being operated on (slots of tag 7, see lease.lua), which a bucket's
+-- reservations count beside what it consumed; NOH (never written) when the
+-- group holds no lease.
+local NOH = {}
+local H = NOH
+
+-- gsweep ends the leases of G (slots of tag 6 and 7, see lease.lua) whose
+-- expiry z (ms of the counter clock) has passed, and sums the holds of the
+-- others in H. A window lease (6) gives its outstanding units (a) back to
+-- its counter (the counter id in b) while the counter still holds the
+-- lease's window, which started before z and ended at z or later (a lease
+-- never outlives its window); a bucket lease (7) was never charged, so it
+-- just ends. An ended lease's slot is emptied (z 0, dropped by the next
+-- gsave). An operation that writes no value leaves the sweep unsaved; the
+-- next one repeats it from the same stored value.
+local function gsweep()
+  local now_ms = floor(now / 1000)
+  H = {}
+  for q = 5, gn * 5, 5 do
+    local t = G[q - 3]
+    if t == 6 or t == 7 then
+      if G[q] <= now_ms then
+        local c = gfind(G[q - 1]) * 5
+        if t == 6 and c > 0 and (G[c - 3] == 2 or G[c - 3] == 3) and G[c - 2] * 1000 < G[q] then
+          local used = G[c - 1] - G[q - 2]
+          if used < 0 then used = 0 end
+          G[c - 1] = used
+        end
+        G[q] = 0
+      elseif t == 7 then
+        local id = G[q - 1]
+        H[id] = (H[id] or 0) + G[q - 2]
+      end
+    end
+  end
+end
+
+-- gload decodes a group value (a GET/MGET reply) into G, ending the leases
+-- that expired and summing the holds (gsweep; the caller has read the
+-- clock); false when there is none (absent, or not a group value).
+local function gload(raw)
+  gn, ge, H = 0, nil, NOH
+  if not raw then return false end
+  local len = #raw
+  if byte(raw, 1) ~= 5 or (len - 9) % 33 ~= 0 then return false end
+  local _, e, p = unpack_state('<Bd', raw)
+  local k, leases = 0, false
+  while p <= len do
+    G[k + 1], G[k + 2], G[k + 3], G[k + 4], G[k + 5], p = unpack_state('<dBddd', raw, p)
+    if G[k + 2] >= 6 then leases = true end
+    k = k + 5
+  end
+  gn, ge = k / 5, e
+  if leases then gsweep() end
+  return true
 end
 
 -- gstate returns the state (a, b) that slot s holds for a counter of
@@ -208,14 +256,19 @@ end
 local function gsave(gkey, slack)
   if not now then now, now_s, real_ms = now_us(clock) end
   local k, zmax = 0, 0
+  local skew = real_ms - floor(now / 1000)
   for q = 5, gn * 5, 5 do
     local z = G[q]
-    if z > real_ms then
+    -- A lease's z is on the counter clock; on the Redis clock it is z + skew
+    -- (the same in production).
+    local zr = z
+    if G[q - 3] >= 6 then zr = z + skew end
+    if zr > real_ms then
       if k < q - 5 then
         G[k + 1], G[k + 2], G[k + 3], G[k + 4], G[k + 5] = G[q - 4], G[q - 3], G[q - 2], G[q - 1], z
       end
       k = k + 5
-      if z > zmax then zmax = z end
+      if zr > zmax then zmax = zr end
     end
   end
   gn = k / 5
@@ -271,6 +324,8 @@ local function reserve(base, n, charge, args, pos, grouped)
   if grouped then
     gkey = KEYS[base + 1]
     present = gload(read(base, 1, gkey))
+  else
+    H = NOH
   end
   local denied, retry, never, slack = -1, 0, 0, 0
   for i = 1, n do
@@ -322,9 +377,11 @@ local function reserve(base, n, charge, args, pos, grouped)
     end
     local xa, xb
     if a == 1 then
-      if denied < 0 and m - ca < x then
+      -- A bucket's leases hold units beside what it consumed (H).
+      local h = H[ident] or 0
+      if denied < 0 and m - ca - h < x then
         denied = i - 1
-        if x > m then never = 1 else retry = ceil((ca + x - m) * p / m) end
+        if x > m then never = 1 else retry = ceil((ca + h + x - m) * p / m) end
       end
       xa, xb = ca + x, cb
     else
@@ -377,6 +434,7 @@ local function reserve(base, n, charge, args, pos, grouped)
     local r = 4 + (i - 1) * 3
     if ai == 1 then
       local full = 0
+      a = a + (H[st[o + 10]] or 0)
       if a > 0 then full = ceil(a * pi / mi) end
       out[r + 1], out[r + 2], out[r + 3] = floor(mi - a), full, 0
     else
@@ -461,30 +519,3 @@ local function adjust(base, n, args, pos, grouped, create)
   if grouped and changed > 0 then gsave(gkey, slack) end
   return changed
 end
-
-local args = ARGV[2]
-local out = {}
-local pos, base, k = 1, 0, 0
-local last = #args
-while pos <= last do
-  local kind, n, size
-  kind, n, size, pos = unpack_state('<BHI4', args, pos)
-  local ok, r
-  local nkeys = n
-  local grouped = kind == 4 or kind == 5 or kind == 6 or kind == 8
-  if grouped then nkeys = 1 end
-  if kind == 3 or kind == 6 or kind >= 7 then
-    ok, r = pcall(adjust, base, n, args, pos, grouped, kind >= 7)
-  else
-    ok, r = pcall(reserve, base, n, kind == 1 or kind == 4, args, pos, grouped)
-  end
-  if not ok then
-    if type(r) == 'table' then r = r.err end
-    r = {tostring(r)}
-  end
-  k = k + 1
-  out[k] = r
-  base = base + nkeys
-  pos = pos + size
-end
-return out

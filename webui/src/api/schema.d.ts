@@ -648,7 +648,7 @@ export interface components {
             route: string;
             context: string;
             entries: components["schemas"]["DeploymentEntry"][];
-            /** @description The provider's part of the deployment document, as YAML. */
+            /** @description The provider's part of the deployment document, as YAML: its provider and route, and the counters section every gateway counts in, with the upstream key and any Redis password redacted. */
             yaml: string;
         };
         GatewayInput: {
