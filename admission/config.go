@@ -36,6 +36,11 @@ type Config struct {
 	// an application not listed has weight 1. A weight w gets w times the
 	// work of a weight-1 application while both are backlogged.
 	Weights map[string]float64
+	// AppClasses are the classes granted to applications, by application
+	// id: a ticket that names no class gets its application's (an
+	// application not listed: DefaultClass). Each must be a class of
+	// Classes, or DefaultClass.
+	AppClasses map[string]string
 }
 
 // Capacity bounds what a target runs at once. A zero field is no bound in
@@ -152,17 +157,34 @@ func (c *Config) Validate() error {
 		}
 	}
 	if total > 1+1e-9 {
-		add("classes", "the reserved shares sum to %g; at most 1", total)
+		add("classes", "the reserved shares sum to %.6g; at most 1", total)
 	}
 	for _, app := range sortedKeys(c.Weights) {
 		if !finitePos(c.Weights[app]) {
 			add("weights."+app, "must be a positive number")
 		}
 	}
+	for _, app := range sortedKeys(c.AppClasses) {
+		if cl := c.AppClasses[app]; cl != DefaultClass {
+			if _, ok := c.Classes[cl]; !ok {
+				add("appClasses."+app, "class %q is not configured (classes: %s)", cl, strings.Join(c.classNames(), ", "))
+			}
+		}
+	}
 	if len(errs) == 0 {
 		return nil
 	}
 	return errs
+}
+
+// classNames lists the configured classes and DefaultClass, sorted.
+func (c *Config) classNames() []string {
+	names := sortedKeys(c.Classes)
+	if _, ok := c.Classes[DefaultClass]; !ok {
+		names = append(names, DefaultClass)
+		sort.Strings(names)
+	}
+	return names
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -181,6 +203,7 @@ type settings struct {
 	targets   map[string]Capacity
 	classes   map[string]Class
 	weights   map[string]float64
+	appClass  map[string]string
 }
 
 func compile(c Config) (*settings, error) {
@@ -188,9 +211,10 @@ func compile(c Config) (*settings, error) {
 		return nil, err
 	}
 	s := &settings{wIn: c.InputWeight, wOut: c.OutputWeight,
-		targets: make(map[string]Capacity, len(c.Targets)),
-		classes: make(map[string]Class, len(c.Classes)+1),
-		weights: make(map[string]float64, len(c.Weights))}
+		targets:  make(map[string]Capacity, len(c.Targets)),
+		classes:  make(map[string]Class, len(c.Classes)+1),
+		weights:  make(map[string]float64, len(c.Weights)),
+		appClass: make(map[string]string, len(c.AppClasses))}
 	if s.wIn == 0 {
 		s.wIn = DefaultInputWeight
 	}
@@ -212,7 +236,22 @@ func compile(c Config) (*settings, error) {
 	for k, v := range c.Weights {
 		s.weights[k] = v
 	}
+	for k, v := range c.AppClasses {
+		s.appClass[k] = v
+	}
 	return s, nil
+}
+
+// class is the class of a ticket of app that names class ("": app's granted
+// class, or DefaultClass).
+func (s *settings) class(app, class string) string {
+	if class != "" {
+		return class
+	}
+	if c, ok := s.appClass[app]; ok {
+		return c
+	}
+	return DefaultClass
 }
 
 func (s *settings) weight(app string) float64 {

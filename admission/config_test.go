@@ -37,6 +37,9 @@ func TestConfigValidate(t *testing.T) {
 			"d": {MaxQueuedWork: -1}, "e": {MaxQueuedWork: math.Inf(1)}}},
 			want: []string{"classes.a.defaultDeadline", "classes.b.maxDeadline", "classes.c.defaultDeadline", "classes.d.maxQueuedWork", "classes.e.maxQueuedWork"}},
 		{name: "unnamed class", cfg: Config{Classes: map[string]Class{"": {}}}, want: []string{"classes"}},
+		{name: "granted classes", cfg: Config{Classes: map[string]Class{"priority": {}},
+			AppClasses: map[string]string{"a": "priority", "b": DefaultClass, "c": "gold", "d": ""}},
+			want: []string{"appClasses.c", "appClasses.d"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -86,8 +86,9 @@ type Ticket struct {
 	Target string
 	// App is the application id (the flow's owner, and its weight's key).
 	App string
-	// Class is the service class granted to the application by
-	// configuration ("": DefaultClass).
+	// Class is the service class; "" (what the gateway sends) is the one
+	// Config.AppClasses grants App, or DefaultClass. A class is granted by
+	// configuration, never chosen by a request.
 	Class string
 	// InputTokens is the prompt estimate, charged at admission. Negative is 0.
 	InputTokens int64
@@ -171,10 +172,6 @@ func (s *Scheduler) Admit(ctx context.Context, tk Ticket) (Grant, error) {
 	if t == nil {
 		return Grant{}, nil
 	}
-	class := tk.Class
-	if class == "" {
-		class = DefaultClass
-	}
 	in, bound := max(tk.InputTokens, 0), max(tk.OutputBound, 0)
 	tokens := satmath.Add(in, bound)
 
@@ -183,6 +180,7 @@ func (s *Scheduler) Admit(ctx context.Context, tk Ticket) (Grant, error) {
 		t.mu.Unlock()
 		return Grant{}, nil
 	}
+	class := t.set.class(tk.App, tk.Class)
 	cls := t.classes[class]
 	if cls == nil || !cls.configured {
 		t.mu.Unlock()

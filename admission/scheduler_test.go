@@ -323,6 +323,34 @@ func TestTooLargeAndUnknownClass(t *testing.T) {
 	g.Done(-1, -1)
 }
 
+// TestGrantedClass: a ticket that names no class gets the class the
+// configuration grants its application, and a reload that grants another
+// applies to the next request.
+func TestGrantedClass(t *testing.T) {
+	cfg := Config{
+		Targets:    map[string]Capacity{up: {MaxConcurrent: 4}},
+		Classes:    map[string]Class{"priority": {ReservedShare: 0.5}},
+		AppClasses: map[string]string{"p": "priority"},
+	}
+	h := newHarness(t, cfg)
+	h.admit(Ticket{Target: up, App: "p", InputTokens: 1}).Done(-1, -1)
+	h.admit(Ticket{Target: up, App: "s", InputTokens: 1}).Done(-1, -1)
+	if c := h.classStats(up, "priority"); c.Admitted != 1 {
+		t.Fatalf("priority admitted %d; want the granted application's request", c.Admitted)
+	}
+	if c := h.classStats(up, DefaultClass); c.Admitted != 1 {
+		t.Fatalf("standard admitted %d; want the other application's request", c.Admitted)
+	}
+	cfg.AppClasses = map[string]string{"s": "priority"}
+	if err := h.s.Configure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	h.admit(Ticket{Target: up, App: "s", InputTokens: 1}).Done(-1, -1)
+	if c := h.classStats(up, "priority"); c.Admitted != 2 {
+		t.Fatalf("after the reload priority admitted %d; want 2", c.Admitted)
+	}
+}
+
 func TestBoundedQueue(t *testing.T) {
 	h := newHarness(t, oneSlot(func(c *Config) {
 		c.Classes = map[string]Class{"standard": {MaxQueuedWork: 1000}, "other": {MaxQueuedWork: 1000}}

@@ -17,9 +17,14 @@ type Deployment struct {
 	APIVersion   string        `yaml:"apiVersion"`
 	Server       Server        `yaml:"server"`
 	Counters     Counters      `yaml:"counters"`
+	Meter        Meter         `yaml:"meter"`
 	Providers    []Provider    `yaml:"providers"`
 	Applications []Application `yaml:"applications"`
 	Routes       []Route       `yaml:"routes"`
+	// Admission configures fair admission in front of the providers that
+	// have a capacity (docs/fairness.md); nil: the defaults (weights 1 and 2,
+	// the one class standard without share, deadline or queue bound).
+	Admission *Admission `yaml:"admission"`
 
 	// Source is the file the document came from ("" when built in memory).
 	Source string `yaml:"-"`
@@ -114,6 +119,51 @@ type Provider struct {
 	// forwards upstream: exact names or prefixes ending in "*", compared
 	// without regard to case.
 	ForwardHeaders []string `yaml:"forwardHeaders"`
+	// Capacity, when set, bounds what the provider runs at once; requests
+	// of routes with the fair-admission policy wait beyond it, in weighted
+	// fair order (nil: no bound, nothing waits).
+	Capacity *Capacity `yaml:"capacity"`
+}
+
+// Capacity is what a provider runs at once: give one bound or both.
+type Capacity struct {
+	// MaxConcurrent bounds the admitted requests in flight (0: no bound).
+	MaxConcurrent int `yaml:"maxConcurrent"`
+	// MaxTokensInFlight bounds the sum over admitted requests in flight of
+	// the prompt estimate plus the output bound (0: no bound).
+	MaxTokensInFlight int64 `yaml:"maxTokensInFlight"`
+}
+
+// Admission is the document's fair-admission section: the price of a
+// request's work and the service classes applications are granted.
+type Admission struct {
+	// InputWeight and OutputWeight price work: InputWeight per prompt token
+	// plus OutputWeight per output token (0: the defaults, 1 and 2).
+	InputWeight  float64 `yaml:"inputWeight"`
+	OutputWeight float64 `yaml:"outputWeight"`
+	// Classes are the service classes by name; "standard", every
+	// application's class unless it is granted another, exists without
+	// being listed (no share, no deadline, unbounded queues).
+	Classes map[string]AdmissionClass `yaml:"classes"`
+}
+
+// AdmissionClass is one service class (docs/fairness.md#service-classes).
+type AdmissionClass struct {
+	// ReservedShare is the fraction (0..1) of each capacity bound the class
+	// is owed while it has work waiting: a floor idle classes lend out.
+	ReservedShare float64 `yaml:"reservedShare"`
+	// MaxShare caps the fraction of the capacity the class's running
+	// requests hold (0: no cap; at least reservedShare).
+	MaxShare float64 `yaml:"maxShare"`
+	// DefaultDeadline is how long a request may wait for its start when the
+	// client asks none (0: no deadline).
+	DefaultDeadline Duration `yaml:"defaultDeadline"`
+	// MaxDeadline caps the deadline a client may ask for (0: no cap).
+	MaxDeadline Duration `yaml:"maxDeadline"`
+	// MaxQueuedWork bounds the work (prompt tokens times inputWeight plus
+	// output bound times outputWeight) one application may have waiting in
+	// the class on one provider (0: no bound).
+	MaxQueuedWork float64 `yaml:"maxQueuedWork"`
 }
 
 // Auth is the credential header the gateway adds upstream.
@@ -130,6 +180,19 @@ type Application struct {
 	// Keys are keys with an identity and an optional expiry (the platform
 	// issues these); both lists may be used together.
 	Keys []APIKey `yaml:"keys"`
+	// Admission is the application's place in fair admission (nil: class
+	// standard, weight 1).
+	Admission *ApplicationAdmission `yaml:"admission"`
+}
+
+// ApplicationAdmission grants an application a service class and a
+// fair-share weight; a request can never choose either.
+type ApplicationAdmission struct {
+	// Class names a class of admission.classes, or "standard" ("": standard).
+	Class string `yaml:"class"`
+	// Weight is the application's share relative to weight-1 applications
+	// while both have work waiting (0: 1).
+	Weight float64 `yaml:"weight"`
 }
 
 // APIKey is one key of an application, by its hash.

@@ -67,6 +67,7 @@ func validate(d *Deployment) Errors {
 		}
 	}
 	validateCounters(d, add)
+	validateMeter(d, add)
 	providerTypes := validateProviders(d, add)
 	validateApplications(d, add)
 	validateRoutes(d, providerTypes, add)

@@ -974,7 +974,7 @@ func TestAccountingInvariant(t *testing.T) {
 		// or charges prompt + counted, whichever is more.
 		var counted int64
 		if k := r.forwarded(); k > 0 {
-			counted = int64(c.tokens.Count(r.req.Model, strings.Repeat("tok ", int(k))))
+			counted = int64(c.tokens.Count(r.req.Model, strings.Repeat(" tok", int(k))))
 			costEst = max(costEst, c.priceMicros(r.req.Model, r.P, counted))
 		}
 		w.consTotal += max(consEst, r.P+counted)
@@ -1321,7 +1321,7 @@ func TestReloadKeepsCountersAndInFlight(t *testing.T) {
 
 	lim := window(2000, time.Hour)
 	key := counterKey("rl:app-a", policyTokens, "total", lim)
-	S := P + int64(c.tokens.Count(req.Model, "tok "))
+	S := P + int64(c.tokens.Count(req.Model, " tok"))
 	if got := env.used(key, lim); got != U+S {
 		t.Fatalf("after reload used %d, want %d (first request settled) + %d (stream abandoned)", got, U, S)
 	}

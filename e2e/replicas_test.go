@@ -169,6 +169,12 @@ type replicaLoad struct {
 // a 429 with the rate-limit envelope; anything else fails the test.
 func loadReplicas(t *testing.T, gws []*proctest.Proc, reqs []costedChat, clients, perClient int) replicaLoad {
 	t.Helper()
+	return loadReplicasAs(t, gws, replicaAPIKey, reqs, clients, perClient)
+}
+
+// loadReplicasAs is loadReplicas with the API key apiKey.
+func loadReplicasAs(t *testing.T, gws []*proctest.Proc, apiKey string, reqs []costedChat, clients, perClient int) replicaLoad {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	client := &http.Client{
@@ -197,7 +203,7 @@ func loadReplicas(t *testing.T, gws []*proctest.Proc, reqs []costedChat, clients
 				}
 				r := reqs[(c+k)%len(reqs)]
 				g := int(seq.Add(1)-1) % len(gws)
-				status, hdr, body, err := postReplicaChat(ctx, client, gws[g].URL, r.body)
+				status, hdr, body, err := postChatAs(ctx, client, gws[g].URL, apiKey, r.body)
 				if err != nil {
 					fail("gateway-%d: %v", g, err)
 					continue
@@ -244,12 +250,17 @@ func loadReplicas(t *testing.T, gws []*proctest.Proc, reqs []costedChat, clients
 }
 
 func postReplicaChat(ctx context.Context, client *http.Client, base string, body []byte) (int, http.Header, []byte, error) {
+	return postChatAs(ctx, client, base, replicaAPIKey, body)
+}
+
+// postChatAs posts a chat completion to base's /openai route with apiKey.
+func postChatAs(ctx context.Context, client *http.Client, base, apiKey string, body []byte) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/openai/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+replicaAPIKey)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, nil, err

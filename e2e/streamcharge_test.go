@@ -48,7 +48,7 @@ func authTokenRoute(name, provider string, count int64) string {
 }
 
 // output is the mock's streamed text for n tokens.
-func mockText(n int) string { return strings.Repeat("tok ", n) }
+func mockText(n int) string { return strings.Repeat(" tok", n) }
 
 // streamUntil streams req with the openai-go client and hangs up (closes the
 // stream, cancelling its context) as soon as stop says so after a chunk. It
@@ -189,7 +189,7 @@ func TestAnthropicProviderChatStreamCharged(t *testing.T) {
 			if resp.StatusCode != 200 || !strings.Contains(string(body), "[DONE]") {
 				t.Fatalf("status %d:\n%s", resp.StatusCode, body)
 			}
-			if n := strings.Count(string(body), `"content":"tok "`); n != 20 {
+			if n := strings.Count(string(body), `"content":" tok"`); n != 20 {
 				t.Fatalf("%d tokens streamed, want 20", n)
 			}
 			if strings.Contains(string(body), `"prompt_tokens"`) {
@@ -232,7 +232,7 @@ func TestStreamCutChargesForwardedOutput(t *testing.T) {
 			if tc.cut == (err == nil) {
 				t.Fatalf("read error %v, want a broken body: %v", err, tc.cut)
 			}
-			if n := strings.Count(string(body), `"content":"tok "`); n != tc.sent {
+			if n := strings.Count(string(body), `"content":" tok"`); n != tc.sent {
 				t.Fatalf("client got %d tokens, want %d", n, tc.sent)
 			}
 			env.waitSettled()
@@ -266,10 +266,10 @@ func TestOtherAPIStreamsChargeForwardedOutput(t *testing.T) {
 		{"messages", "/m/v1/messages", "claude-haiku-4-5", llmapi.Messages,
 			`{"model":"claude-haiku-4-5","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"A hundred tokens."}]}`,
 			// message_start, content_block_start, then 60 of the 100 text deltas.
-			map[string]string{mockllm.HeaderDropAfter: "62"}, `"text":"tok "`, 60, true},
+			map[string]string{mockllm.HeaderDropAfter: "62"}, `"text":" tok"`, 60, true},
 		{"responses", "/o/v1/responses", streamChargeModel, llmapi.Responses,
 			`{"model":"` + streamChargeModel + `","max_output_tokens":30,"stream":true,"input":"Thirty tokens."}`,
-			map[string]string{mockllm.HeaderNoUsage: "true"}, `"delta":"tok "`, 30, false},
+			map[string]string{mockllm.HeaderNoUsage: "true"}, `"delta":" tok"`, 30, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.app, func(t *testing.T) {

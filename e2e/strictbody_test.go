@@ -91,8 +91,8 @@ func (e *limitsEnv) upstreamAttempts() float64 {
 }
 
 // served is the number of tokens the mock generated in a response body or
-// stream (each one is the text "tok ").
-func served(body []byte) int { return strings.Count(string(body), "tok ") }
+// stream (each one is the text " tok").
+func served(body []byte) int { return strings.Count(string(body), " tok") }
 
 const strictMessages = `"messages":[{"role":"user","content":"Write as much as you are allowed to."}]`
 

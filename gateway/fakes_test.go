@@ -166,6 +166,8 @@ type finalRecord struct {
 	Status  int
 	Usage   *llmapi.Usage
 	StateOK bool
+	// Probe is what recLog.probe answered at the final call (false without one).
+	Probe bool
 }
 
 // recLog collects recorder events per request id, and every recorder built
@@ -179,6 +181,9 @@ type recLog struct {
 	// misuse lists lifecycle violations: a phase on a closed instance, a
 	// second Close.
 	misuse []string
+	// probe, when set before the gateway serves, is asked at every final
+	// call about its request id; the answer is the record's Probe.
+	probe func(requestID string) bool
 }
 
 func newRecLog() *recLog {
@@ -192,6 +197,9 @@ func (l *recLog) addRequest(id, tag string) {
 }
 
 func (l *recLog) addFinal(id string, f finalRecord) {
+	if l.probe != nil {
+		f.Probe = l.probe(id)
+	}
 	l.mu.Lock()
 	l.finals[id] = append(l.finals[id], f)
 	l.mu.Unlock()

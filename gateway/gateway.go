@@ -37,6 +37,7 @@ import (
 	"sluice/deployment"
 	"sluice/dialect"
 	"sluice/gwerror"
+	"sluice/meter"
 	"sluice/policies"
 )
 
@@ -70,6 +71,16 @@ type Options struct {
 	// by ServeMetrics, on a listener of its own (sluice gateway
 	// --metrics-listen), so the proxy port never exposes it.
 	SeparateMetrics bool
+	// Meter receives the usage record of every request that reached an LLM
+	// endpoint of a route (nil: none is stored). It is a process-lifetime
+	// service: the caller opens and closes it.
+	Meter meter.Sink
+	// GatewayID names this gateway in its usage records ("" omits it: the
+	// platform fills in the id of the gateway token that sent them).
+	GatewayID string
+	// AccessLog, when set, receives one line per request with the usage
+	// record's fields, at info.
+	AccessLog *slog.Logger
 }
 
 // Gateway is the data plane. Its methods are safe for concurrent use.
@@ -79,10 +90,12 @@ type Gateway struct {
 	now       func() time.Time
 	transport http.RoundTripper
 	metrics   *metrics
-	echo      *echo.Echo
-	snap      atomic.Pointer[snapshot]
-	ids       requestIDs
-	bufs      sync.Pool // *bytes.Buffer for upstream bodies
+	// usageMetrics count the usage records' tokens and cost.
+	usageMetrics *usageMetrics
+	echo         *echo.Echo
+	snap         atomic.Pointer[snapshot]
+	ids          requestIDs
+	bufs         sync.Pool // *bytes.Buffer for upstream bodies
 
 	// applyMu serialises Apply so snapshots are built one at a time, and
 	// guards retired.
@@ -145,6 +158,9 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = m
+	if g.usageMetrics, err = newUsageMetrics(opts.Metrics); err != nil {
+		return nil, err
+	}
 	g.echo = g.newEcho()
 	return g, nil
 }
@@ -360,9 +376,11 @@ func (g *Gateway) ShutdownGrace() time.Duration {
 // Ready reports whether a configuration is loaded.
 func (g *Gateway) Ready() bool { return g.snap.Load() != nil }
 
-// Apply builds a snapshot from d (providers, key index, chains) and swaps it in
-// atomically. d must have passed deployment.Validate (yamlfile validates what
-// it reads): the gateway does not check again what Validate checks. Apply
+// Apply builds a snapshot from d (providers, key index, chains, the
+// fair-admission configuration), configures the scheduler
+// (Services.Admission) with it and swaps it in atomically. d must have
+// passed deployment.Validate (yamlfile validates what it reads): the
+// gateway does not check again what Validate checks. Apply
 // fills d's empty fields with the document's defaults
 // (deployment.ApplyDefaults: nothing to do for what yamlfile read). On error
 // the current snapshot stays in place. Requests in flight finish on the
@@ -376,6 +394,17 @@ func (g *Gateway) Apply(d *deployment.Deployment) error {
 		return errors.New("gateway: shut down")
 	}
 	s, err := g.buildSnapshot(d)
+	if err == nil && g.opts.Services.Admission != nil {
+		// Before the swap: the new chains admit against the new capacities
+		// from their first request. Queues and counters are kept. The
+		// configuration was validated with the snapshot, so this cannot
+		// fail; if it did, the snapshot never serves.
+		if err = g.opts.Services.Admission.Configure(s.admission); err != nil {
+			for _, rt := range s.routes {
+				_ = rt.chain.Close()
+			}
+		}
+	}
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()
 		return err

@@ -14,6 +14,7 @@ type metrics struct {
 	upstreamErrs *prometheus.CounterVec   // provider, target, reason
 	retries      *prometheus.CounterVec   // provider
 	reloads      *prometheus.CounterVec   // result
+	outputCuts   *prometheus.CounterVec   // route
 	inflight     prometheus.Gauge
 }
 
@@ -57,12 +58,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_config_reloads_total",
 			Help: "Configuration loads, by result (success, error).",
 		}, []string{"result"}),
+		outputCuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_output_bound_cuts_total",
+			Help: "Answers the gateway cut at the request's output bound (max tokens) because the upstream passed it, by route.",
+		}, []string{"route"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_inflight_requests",
 			Help: "Proxied requests in flight.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.overhead, m.attempts, m.upstreamErrs, m.retries, m.reloads, m.inflight} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.overhead, m.attempts, m.upstreamErrs, m.retries, m.reloads, m.outputCuts, m.inflight} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -41,7 +41,7 @@ func (x *exchange) models(rest string) {
 		return
 	}
 	x.call = call
-	resp, err := g.forward(r.Context(), rt.provider, call)
+	resp, err := g.forward(r.Context(), rt.provider, call, nil)
 	if err != nil {
 		x.forwardFailed(err)
 		return

@@ -26,7 +26,7 @@ import (
 
 // statusClientClosed is recorded in metrics when the client went away before a
 // status could be sent (nginx's convention).
-const statusClientClosed = 499
+const statusClientClosed = gwerror.StatusClientClosed
 
 // exchange is one proxied request as the data plane handles it. It lives on
 // the goroutine serving the request.
@@ -56,6 +56,11 @@ type exchange struct {
 	// non-streamed response (first attempt sent to body fully read), so that
 	// record can observe the time the gateway itself added.
 	upstreamStart, upstreamDone time.Time
+	// The usage record's facts the exchange alone knows (meter.go).
+	usage exchangeUsage
+	// upstream is the upstream response body while it is open: finish
+	// closes it before it delivers the outcome.
+	upstream io.Closer
 }
 
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
@@ -71,6 +76,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 				x.finishAbort()
 				g.metrics.inflight.Dec()
 				x.record(start)
+				x.meter(start)
 				panic(v)
 			}
 			g.log.Error("gateway handler panicked", "request_id", x.reqID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
@@ -85,6 +91,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		x.finishAbort()
 		g.metrics.inflight.Dec()
 		x.record(start)
+		x.meter(start)
 	}()
 	x.serve()
 }
@@ -148,9 +155,12 @@ func (x *exchange) newCall(rest string) *policies.Call {
 
 func (x *exchange) serve() {
 	g, w, r := x.g, x.w, x.r
+	x.usage.id = g.ids.next()
 	x.reqID = r.Header.Get("X-Request-Id")
-	if !validRequestID(x.reqID) {
-		x.reqID = g.ids.next()
+	if validRequestID(x.reqID) {
+		x.usage.clientID = x.reqID
+	} else {
+		x.reqID = x.usage.id
 	}
 	w.Header().Set("X-Request-Id", x.reqID)
 
@@ -232,6 +242,7 @@ func (x *exchange) serve() {
 	// valid key costs the gateway its headers only.
 	x.call = x.newCall(rest)
 	if gerr := x.identify(x.call); gerr != nil {
+		x.usage.identifyFailed = true
 		x.fail(gerr)
 		return
 	}
@@ -251,6 +262,7 @@ func (x *exchange) serve() {
 		return
 	}
 	x.call.Request.LLM = llm
+	x.usage.requestedModel = llm.Model
 	// The served model is set here only: every policy reads it from the
 	// SharedContext, never from the body.
 	x.call.Shared.SetServedModel(llm.Model)
@@ -299,12 +311,13 @@ func (x *exchange) proxy() {
 
 	x.run.MarkUpstream()
 	x.upstreamStart = g.now()
-	resp, err := g.forward(ctx, p, x.call)
+	resp, err := g.forward(ctx, p, x.call, &x.usage.attempts)
 	if err != nil {
 		x.forwardFailed(err)
 		return
 	}
-	defer resp.Body.Close()
+	x.upstream = resp.Body
+	defer x.closeUpstream()
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		x.upstreamStatus(resp)
@@ -442,6 +455,12 @@ func (x *exchange) body(resp *http.Response) {
 	}
 	x.upstreamDone = x.g.now()
 	body := buf.Bytes()
+	if bound := x.outputBound(); bound > 0 {
+		if cut, ok := x.cutBody(body, bound); ok {
+			body = cut
+			x.g.metrics.outputCuts.WithLabelValues(x.rt.name).Inc()
+		}
+	}
 	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.Choices())
 	if err != nil {
 		x.g.log.Debug("no usage in upstream body", "request_id", x.reqID, "error", err)
@@ -511,6 +530,7 @@ func (x *exchange) writeBody(b []byte) error {
 		if _, err := x.w.Write(b[:n]); err != nil {
 			return err
 		}
+		x.firstByte()
 		b = b[n:]
 	}
 	return nil
@@ -522,7 +542,11 @@ func (x *exchange) writeEvent(ev *sse.Event) error {
 	if err := sse.Write(x.w, ev); err != nil {
 		return err
 	}
-	return x.rc.Flush()
+	err := x.rc.Flush()
+	if err == nil {
+		x.firstByte()
+	}
+	return err
 }
 
 // stream forwards an SSE response event by event, flushing each at once.
@@ -544,13 +568,22 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	x.writeHeader(presp.Status)
 	x.extendWrite()
 	if err := x.rc.Flush(); err != nil {
-		resp.Body.Close() // see below
-		x.finish(policies.Cancelled, presp.Status, err)
+		x.finish(policies.Cancelled, presp.Status, err) // closes the upstream body first
 		return
 	}
 
 	rd := sse.NewReader(resp.Body)
-	ended := false
+	// meter counts the output forwarded so far per choice (the stream
+	// phase reads it as Call.StreamOutput; the output bound cuts on it).
+	var meter *outputMeter
+	if count := x.outputCounter(); count != nil {
+		meter = newOutputMeter(count, llm.Choices())
+	}
+	var bound *streamBound
+	if b := x.outputBound(); b > 0 && meter != nil {
+		bound = newStreamBound(x.ep, b, llm.Choices())
+	}
+	ended, cutEnd := false, false
 	kind := policies.Completed
 	var endErr error
 	for {
@@ -577,6 +610,21 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		if tracker.Observe(ev) && hideUsage {
 			continue
 		}
+		if bound != nil {
+			bound.begin(ev)
+		}
+		if meter != nil && meter.observe(tracker, bound) {
+			// The event would take a choice past the output bound: it is
+			// not forwarded, and the choice ends here.
+			if bound.complete() {
+				cutEnd = true
+				break
+			}
+			continue
+		}
+		if meter != nil {
+			x.call.SetStreamOutput(meter.total)
+		}
 		if gerr := x.run.StreamEvent(ev); gerr != nil {
 			// A stream policy panicked (the runner logged it); the stream
 			// cannot carry an error envelope any more, so it ends here.
@@ -589,14 +637,27 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 		if err := x.writeEvent(ev); err != nil {
 			// The client went away or stopped reading (the write deadline
 			// passed, which does not cancel the request's context): nothing
-			// will take the rest, so the upstream request ends now. Closing
-			// its unread body cancels the attempt and drops the upstream
-			// connection (the deferred Close is then a no-op).
-			resp.Body.Close()
+			// will take the rest, so the upstream request ends now: finish
+			// closes its unread body, which cancels the attempt and drops
+			// the upstream connection.
+			x.closeUpstream()
 			kind, endErr = policies.Cancelled, err
 			break
 		}
 		tracker.Forwarded()
+		if meter != nil {
+			meter.commit()
+		}
+		if bound != nil {
+			bound.forwarded()
+			if bound.complete() { // the last uncut choice finished
+				cutEnd = true
+				break
+			}
+		}
+	}
+	if cutEnd {
+		kind, endErr = x.endCutStream(bound, tracker)
 	}
 	// The stream's one usage fact, published before the final phase.
 	x.call.Shared.SetUsage(x.streamUsage(tracker))
@@ -610,6 +671,21 @@ func (x *exchange) stream(resp *http.Response, hideUsage bool) {
 	}
 }
 
+// endCutStream ends a stream the output bound cut: the upstream request
+// ends first (its capacity frees), then the client gets the dialect's clean
+// ending with the usage delivered. The outcome is Completed with the usage
+// counted from the output forwarded, unless the client is gone.
+func (x *exchange) endCutStream(bound *streamBound, tracker *llmapi.StreamTracker) (policies.OutcomeKind, error) {
+	x.closeUpstream()
+	x.g.metrics.outputCuts.WithLabelValues(x.rt.name).Inc()
+	for _, ev := range bound.ending(x.streamUsage(tracker), x.call.Request.LLM.ClientIncludeUsage) {
+		if err := x.writeEvent(ev); err != nil {
+			return policies.Cancelled, err
+		}
+	}
+	return policies.Completed, nil
+}
+
 // streamUsage is a stream's one usage fact: the provider's report when it
 // arrived (authoritative, and it stands even if the client left after it),
 // else the usage the gateway counts from the output it forwarded, priced
@@ -619,13 +695,18 @@ func (x *exchange) streamUsage(t *llmapi.StreamTracker) *llmapi.Usage {
 	if u := t.Usage(); u != nil && u.Authoritative {
 		return u
 	}
+	return t.CountedUsage(x.outputCounter(), policies.PromptTokens(x.call, x.g.opts.Services.Tokens))
+}
+
+// outputCounter counts output text in tokens of the request's model; nil
+// without a tokenizer.
+func (x *exchange) outputCounter() func(string) int64 {
 	tok := x.g.opts.Services.Tokens
-	var count func(string) int64
-	if tok != nil {
-		model := x.call.Shared.ServedModel()
-		count = func(text string) int64 { return int64(tok.Count(model, text)) }
+	if tok == nil {
+		return nil
 	}
-	return t.CountedUsage(count, policies.PromptTokens(x.call, tok))
+	model := x.call.Shared.ServedModel()
+	return func(text string) int64 { return int64(tok.Count(model, text)) }
 }
 
 // terminalEvent reports whether ev marks the normal end of a stream: OpenAI's
@@ -645,11 +726,27 @@ func terminalEvent(ev *sse.Event) bool {
 // finish delivers the outcome (the runner ignores all but the first call);
 // the usage, if any, was published before (Shared.SetUsage). Requests the
 // gateway answers without a run (GET /v1/models) have none.
+//
+// The upstream response body is closed first, on every path: the outcome
+// says the upstream request has ended, and fair admission frees the
+// provider's capacity on it. Closing a body read to its end returns the
+// connection to the pool; closing one that is not cancels the attempt and
+// drops the connection, which is how the provider learns that the request
+// is over.
 func (x *exchange) finish(kind policies.OutcomeKind, status int, err error) {
+	x.closeUpstream()
 	if x.run == nil {
 		return
 	}
 	x.run.Finish(policies.Outcome{Kind: kind, Status: status, Err: err})
+}
+
+// closeUpstream closes the upstream response body once.
+func (x *exchange) closeUpstream() {
+	if x.upstream != nil {
+		_ = x.upstream.Close()
+		x.upstream = nil
+	}
 }
 
 // fail renders gerr in the client's dialect with the policies' client
@@ -661,6 +758,7 @@ func (x *exchange) finish(kind policies.OutcomeKind, status int, err error) {
 func (x *exchange) fail(gerr *gwerror.Error) {
 	x.addClientHeaders()
 	x.status = statusOr500(gerr.Status)
+	x.usage.err = gerr
 	if !x.bodyRead {
 		x.w.Header().Set("Connection", "close")
 		x.setReadDeadline(time.Now())

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
 	"strings"
 	"time"
 
+	"sluice/admission"
+	"sluice/admission/admissionconfig"
 	"sluice/deployment"
 	"sluice/policies"
 )
@@ -26,6 +29,9 @@ type snapshot struct {
 	writeTimeout      time.Duration
 	// metricsToken, when set, is the bearer token /metrics requires.
 	metricsToken string
+	// admission is the scheduler configuration of the deployment, applied
+	// to Services.Admission before the snapshot is swapped in.
+	admission admission.Config
 	// life counts the snapshot's references (lifecycle.go).
 	life lifetime
 }
@@ -83,9 +89,22 @@ func (g *Gateway) buildSnapshot(d *deployment.Deployment) (*snapshot, error) {
 		return nil, err
 	}
 	svc.Keys = keys
+	// The admission section's problems and the chains' are reported together.
+	var errs deployment.Errors
+	s.admission, err = admissionconfig.FromDeployment(d)
+	if err != nil && !errors.As(err, &errs) {
+		return nil, err
+	}
 	chains, err := buildChains(d, g.opts.Registry, &svc)
 	if err != nil {
-		return nil, err
+		var es deployment.Errors
+		if !errors.As(err, &es) {
+			return nil, err
+		}
+		errs = append(errs, es...)
+	}
+	if len(errs) > 0 {
+		return nil, errs.Normalize()
 	}
 	for i := range d.Routes {
 		rc := &d.Routes[i]

@@ -37,16 +37,17 @@ var errAttemptTimeout = errors.New("attempt timed out")
 // to target i mod len(targets); connect errors, attempt timeouts and 5xx
 // answers are retried up to p.retries times, other answers (429 and all 4xx
 // included) are returned at once. The last 5xx is returned as a response.
-// A client cancellation stops at once and returns ctx's error.
-func (g *Gateway) forward(ctx context.Context, p *provider, call *policies.Call) (*http.Response, error) {
+// A client cancellation stops at once and returns ctx's error. *attempts
+// counts the attempts made (nil: not counted).
+func (g *Gateway) forward(ctx context.Context, p *provider, call *policies.Call, attempts *int) (*http.Response, error) {
 	header := upstreamHeader(call, p)
 	var body []byte
 	if call.Request.LLM != nil {
 		body = call.Request.LLM.Raw
 	}
-	attempts := 1 + p.retries
+	tries := 1 + p.retries
 	var lastErr error
-	for i := 0; i < attempts; i++ {
+	for i := 0; i < tries; i++ {
 		if i > 0 {
 			g.metrics.retries.WithLabelValues(p.name).Inc()
 			t := time.NewTimer(g.opts.Backoff(i))
@@ -59,6 +60,9 @@ func (g *Gateway) forward(ctx context.Context, p *provider, call *policies.Call)
 		}
 		ti := i % len(p.targets)
 		g.metrics.attempts.WithLabelValues(p.name, p.targetKeys[ti]).Inc()
+		if attempts != nil {
+			*attempts++
+		}
 		resp, err := g.attempt(ctx, p, ti, call, header, body)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -77,7 +81,7 @@ func (g *Gateway) forward(ctx context.Context, p *provider, call *policies.Call)
 		}
 		if resp.StatusCode >= 500 {
 			g.metrics.upstreamErrs.WithLabelValues(p.name, p.targetKeys[ti], reason5xx).Inc()
-			if i < attempts-1 {
+			if i < tries-1 {
 				g.log.Warn("upstream attempt failed", "request_id", call.Shared.RequestID, "provider", p.name,
 					"target", p.targetKeys[ti], "attempt", i+1, "reason", reason5xx, "status", resp.StatusCode)
 				// Drain a little so the connection can be reused.

@@ -58,7 +58,14 @@ const (
 	CodeUpstreamError = "upstream_error"
 	// CodeInvalidMetricsToken: GET /metrics without server.metricsToken.
 	CodeInvalidMetricsToken = "invalid_metrics_token"
+	// CodeClientClosed: the client went away before the gateway answered
+	// (with StatusClientClosed; nobody reads the answer, metrics record it).
+	CodeClientClosed = "client_closed_request"
 )
+
+// StatusClientClosed is the status recorded for a client that went away
+// before an answer could be sent (nginx's 499).
+const StatusClientClosed = 499
 
 // Header names of the error contract.
 const (

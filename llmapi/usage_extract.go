@@ -181,6 +181,15 @@ type StreamTracker struct {
 	committed       int
 	overflow        int64
 	pendingOverflow int64
+	// segs are the choices of the event observed last: text[from:to] is
+	// the choice's output text in it, finished whether it finished there.
+	segs []textSeg
+}
+
+// textSeg is one choice's part of the event observed last.
+type textSeg struct {
+	choice, from, to int
+	finished         bool
 }
 
 // NewStreamTracker returns a tracker for a stream of endpoint ep that asked for n
@@ -221,6 +230,7 @@ func (t *StreamTracker) finish(idx int64) {
 func (t *StreamTracker) Observe(ev *sse.Event) (usageOnly bool) {
 	t.text = t.text[:t.committed]
 	t.pendingOverflow = 0
+	t.segs = t.segs[:0]
 	if ev == nil || len(ev.Data) == 0 || ev.Done() {
 		return false
 	}
@@ -228,6 +238,7 @@ func (t *StreamTracker) Observe(ev *sse.Event) (usageOnly bool) {
 	if !root.IsObject() {
 		return false
 	}
+	before := t.finishedCount
 	switch t.ep {
 	case Messages:
 		t.observeAnthropic(ev, root)
@@ -236,7 +247,22 @@ func (t *StreamTracker) Observe(ev *sse.Event) (usageOnly bool) {
 	default:
 		return t.observeOpenAI(root)
 	}
+	if fin := t.finishedCount > before; len(t.text) > t.committed || fin {
+		t.segs = append(t.segs, textSeg{choice: 0, from: t.committed, to: len(t.text), finished: fin})
+	}
 	return false
+}
+
+// EventOutput calls fn for each choice the event passed to Observe last
+// carries output text for or finishes, with the choice's index, that text
+// (what CountedUsage counts once the event is Forwarded; possibly empty)
+// and whether the event finishes the choice. An OpenAI chunk names its
+// choices; Anthropic and Responses streams have one choice, 0. text is
+// only valid during the call.
+func (t *StreamTracker) EventOutput(fn func(choice int, text string, finished bool)) {
+	for _, sg := range t.segs {
+		fn(sg.choice, view(t.text[sg.from:sg.to]), sg.finished)
+	}
 }
 
 func (t *StreamTracker) observeOpenAI(root gjson.Result) bool {
@@ -258,6 +284,7 @@ func (t *StreamTracker) observeOpenAI(root gjson.Result) bool {
 				}
 				var idx int64
 				var done bool
+				from := len(t.text)
 				c.ForEach(func(ck, cv gjson.Result) bool {
 					switch ck.Str {
 					case "index":
@@ -277,6 +304,9 @@ func (t *StreamTracker) observeOpenAI(root gjson.Result) bool {
 				})
 				if done {
 					t.finish(idx)
+				}
+				if (len(t.text) > from || done) && idx >= 0 && idx < maxTrackedIndex {
+					t.segs = append(t.segs, textSeg{choice: int(idx), from: from, to: len(t.text), finished: done})
 				}
 				return true
 			})

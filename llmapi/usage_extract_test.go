@@ -226,6 +226,8 @@ func TestStreamTrackerForwardedText(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tr := NewStreamTracker(tt.ep, 1)
 			r := sse.NewReader(strings.NewReader(tt.wire))
+			var byEvent strings.Builder
+			perChoice := map[int]string{}
 			for i := 0; ; i++ {
 				ev, err := r.Next()
 				if err != nil {
@@ -233,8 +235,19 @@ func TestStreamTrackerForwardedText(t *testing.T) {
 				}
 				tr.Observe(ev)
 				if !tt.skip[i] {
+					tr.EventOutput(func(choice int, text string, _ bool) {
+						byEvent.WriteString(text)
+						perChoice[choice] += text
+					})
 					tr.Forwarded()
 				}
+			}
+			// EventOutput gives the same text, event by event and by choice.
+			if byEvent.String() != tt.want {
+				t.Fatalf("EventOutput text %q, want %q", byEvent.String(), tt.want)
+			}
+			if tt.name == "chat n=2 interleaved" && (perChoice[0] != "a" || perChoice[1] != "b" || len(perChoice) != 2) {
+				t.Fatalf("EventOutput by choice %v", perChoice)
 			}
 			var got string
 			u := tr.CountedUsage(func(s string) int64 { got = s; return int64(len(s)) }, 3)

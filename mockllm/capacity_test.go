@@ -376,9 +376,9 @@ func TestOutputTokensHeader(t *testing.T) {
 	}
 }
 
-// TestSaturableTextCountsExactly: a saturable model's output text tokenizes
-// to exactly the tokens it reports, so output the gateway counts from a cut
-// stream is what the mock generated (the default "tok " text counts n+1).
+// TestSaturableTextCountsExactly: the mock's output text tokenizes to
+// exactly the tokens it reports, so output the gateway counts from a cut
+// stream is what the mock generated ("tok " repeated would count n+1).
 func TestSaturableTextCountsExactly(t *testing.T) {
 	srv, counter := newCapacityServer(t, Capacity{Sequences: 1}, clock.NewManual(t0))
 	for _, model := range []string{"gpt-4o-mini", "gpt-4", "claude-haiku-4-5"} {

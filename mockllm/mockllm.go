@@ -62,13 +62,11 @@ const (
 	// the mock build an unbounded body.
 	maxCompletion = 1 << 20
 	maxBody       = 64 << 20
-	// tokenText is the text of one generated token.
-	tokenText = "tok "
-	// saturableTokenText is the text of one generated token of a saturable
-	// model: one token for the gateway's tokenizers (tokenText is two for
-	// one and n+1 for n), so that output counted from a cut stream's text
-	// is the number of tokens the mock generated.
-	saturableTokenText = " tok"
+	// tokenText is the text of one generated token: one token for the
+	// gateway's tokenizers, n for n repeated ("tok " would be n+1), so that
+	// the output the gateway counts from the text (a cut stream, the output
+	// bound) is the number of tokens the mock says it generated.
+	tokenText = " tok"
 )
 
 // Options configures a mock.
@@ -225,9 +223,6 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 			return
 		}
 		c := &call{req: req, id: s.seq.Add(1), created: s.now().Unix(), dropAfter: -1, stallAfter: -1, outputs: -1, choices: 1, text: tokenText}
-		if s.engine != nil {
-			c.text = saturableTokenText
-		}
 		if err := readFaults(r.Header, c); err != nil {
 			writeError(w, 400, gwerror.TypeInvalidRequest, "invalid_mock_header", err.Error())
 			return

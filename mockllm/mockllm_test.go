@@ -71,7 +71,7 @@ func TestBodies(t *testing.T) {
 	}{
 		{"chat default length", llmapi.ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}]}`, 16, 1,
 			func(t *testing.T, b []byte) {
-				if got := gjson.GetBytes(b, "choices.0.message.content").Str; got != strings.Repeat("tok ", 16) {
+				if got := gjson.GetBytes(b, "choices.0.message.content").Str; got != strings.Repeat(" tok", 16) {
 					t.Errorf("content = %q", got)
 				}
 				if gjson.GetBytes(b, "choices.0.finish_reason").Str != "stop" {
@@ -98,7 +98,7 @@ func TestBodies(t *testing.T) {
 			}},
 		{"responses", llmapi.Responses, `{"model":"gpt-4.1","input":"write a haiku","instructions":"be brief","max_output_tokens":3}`, 3, 1,
 			func(t *testing.T, b []byte) {
-				if gjson.GetBytes(b, "output.0.content.0.text").Str != "tok tok tok " {
+				if gjson.GetBytes(b, "output.0.content.0.text").Str != " tok tok tok" {
 					t.Errorf("output = %s", gjson.GetBytes(b, "output").Raw)
 				}
 			}},

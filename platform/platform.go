@@ -1,10 +1,19 @@
 // Package platform is Sluice's control plane service: it opens the store
 // (SQLite in the data directory, or PostgreSQL), the secrets box and the
-// admin token, and serves the REST API (platform/api) and deployment
-// delivery (platform/delivery) over HTTP. It imports its own subpackages and
-// the policy registry; never the gateway (gateways meet it at the deployment
-// document, fetched over HTTP or, in `sluice serve`, through Platform's
-// methods).
+// admin token, and serves the REST API (platform/api), deployment delivery
+// (platform/delivery) and usage ingest (platform/usage) over HTTP. Below it:
+// store (SQLite and PostgreSQL), api (spec-first REST API), generate (Rate
+// Limit settings and guardrails to a deployment document), delivery
+// (long-poll hub), usage (ingest, rollups, retention), secrets.
+//
+// Import rule (docs/architecture.md, checked by internal/layout): the
+// platform imports its own subpackages, the deployment document
+// (deployment, deployment/yamlfile), the policy registry and its dry-run
+// check (policies), the usage record (meter), counter/counterconfig (to
+// compare and describe the counters setting) and the leaves; never the
+// gateway: gateways meet it at the deployment document, fetched over HTTP
+// or, in `sluice serve`, through Platform's methods. The wiring
+// (internal/app) assembles it.
 package platform
 
 import (
@@ -17,14 +26,17 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"sluice/deployment"
 	"sluice/platform/api"
 	"sluice/platform/delivery"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
+	"sluice/platform/usage"
 	"sluice/policies"
 )
 
@@ -58,6 +70,19 @@ type Options struct {
 	// Console, when set, serves every GET the API and /healthz do not (the
 	// web console, package webui).
 	Console http.Handler
+	// UsageRetention is how long raw usage records are kept (default
+	// usage.DefaultRetention, 30 days; negative: forever). Rollups are kept
+	// forever.
+	UsageRetention time.Duration
+	// RetainEvery is how often retention runs (default 1h; also at start).
+	RetainEvery time.Duration
+	// Counters is the counters section of every generated deployment: the
+	// zero value (or backend memory) leaves it out, and each gateway counts
+	// in memory; a Redis store makes every limit one counter across all the
+	// gateways. It must pass CountersProblems. A value that differs from the
+	// stored one (the previous start's) is stored and is a new deployment
+	// version (counters.go).
+	Counters deployment.Counters
 }
 
 // Platform is a running control plane.
@@ -65,10 +90,12 @@ type Platform struct {
 	store store.Store
 	hub   *delivery.Hub
 	api   *api.Server
+	usage *usage.Service
 	echo  *echo.Echo
 	now   func() time.Time
 	stop  context.CancelFunc
-	done  chan struct{}
+	// done counts the background loops (version watch, usage retention).
+	done sync.WaitGroup
 }
 
 // Open opens the store (applying migrations), the secrets and the admin
@@ -89,8 +116,14 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.WatchEvery <= 0 {
 		o.WatchEvery = time.Second
 	}
+	if o.RetainEvery <= 0 {
+		o.RetainEvery = time.Hour
+	}
 	if o.Registry == nil {
 		return nil, errors.New("platform: Options.Registry is required")
+	}
+	if ps := CountersProblems(o.Counters); len(ps) > 0 {
+		return nil, fmt.Errorf("platform: Options.Counters: %w", ps)
 	}
 	dsn := o.DatabaseURL
 	if dsn == "" {
@@ -116,11 +149,18 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 	if err := bootstrapAdmin(ctx, st, o); err != nil {
 		return nil, err
 	}
+	if err := syncCounters(ctx, st, box, o); err != nil {
+		return nil, err
+	}
 	hub, err := delivery.NewHub(ctx, st, box, o.Now, o.Logger)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.New(api.Options{Store: st, Box: box, Hub: hub, Registry: o.Registry, Logger: o.Logger, Now: o.Now})
+	usageSvc, err := usage.New(usage.Options{Store: st, Retention: o.UsageRetention, Now: o.Now, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(api.Options{Store: st, Box: box, Hub: hub, Registry: o.Registry, Usage: usageSvc, Logger: o.Logger, Now: o.Now})
 	if err != nil {
 		return nil, err
 	}
@@ -132,10 +172,15 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 		e.Match([]string{http.MethodGet, http.MethodHead}, "/*", echo.WrapHandler(o.Console))
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	p := &Platform{store: st, hub: hub, api: srv, echo: e, now: o.Now, stop: stop, done: make(chan struct{})}
+	p := &Platform{store: st, hub: hub, api: srv, usage: usageSvc, echo: e, now: o.Now, stop: stop}
+	p.done.Add(2)
 	go func() {
-		defer close(p.done)
+		defer p.done.Done()
 		hub.Watch(wctx, o.WatchEvery)
+	}()
+	go func() {
+		defer p.done.Done()
+		usageSvc.Maintain(wctx, o.RetainEvery)
 	}()
 	return p, nil
 }
@@ -165,10 +210,11 @@ func bootstrapAdmin(ctx context.Context, st store.Store, o Options) error {
 // Handler serves /healthz, the API under /api/v1 and the console at /.
 func (p *Platform) Handler() http.Handler { return p.echo }
 
-// Close stops the version watch and closes the store.
+// Close stops the version watch and the usage retention and closes the
+// store.
 func (p *Platform) Close() error {
 	p.stop()
-	<-p.done
+	p.done.Wait()
 	return p.store.Close()
 }
 
@@ -197,6 +243,18 @@ func (p *Platform) RegisterLocalGateway(ctx context.Context, id, name string) er
 		}
 		return tx.InsertGateway(ctx, store.Gateway{ID: id, Name: name, CreatedAt: p.now()})
 	})
+}
+
+// IngestUsage stores a batch of usage records (JSON lines) of the gateway
+// id, as POST /api/v1/gateway/usage does: the in-process gateway of
+// `sluice serve` ships its spool through it.
+func (p *Platform) IngestUsage(ctx context.Context, id string, body []byte) error {
+	recs, err := usage.DecodeBatch(body)
+	if err != nil {
+		return err
+	}
+	_, err = p.usage.Ingest(ctx, id, recs)
+	return err
 }
 
 // Report records a check-in of the gateway id.

@@ -61,17 +61,28 @@ func TestGeneratedAdminTokenShownOnce(t *testing.T) {
 	if status(t, srv2, token) != 200 {
 		t.Fatal("the token no longer works after a restart")
 	}
+	eachFile(t, dir, func(path string, fi os.FileInfo, b []byte) {
+		if fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s is mode %v: the data directory's files must be owner-only", path, fi.Mode().Perm())
+		}
+		if bytes.Contains(b, []byte(token)) {
+			t.Errorf("%s holds the admin token in clear", path)
+		}
+	})
+}
+
+// eachFile calls fn with every regular file under dir and its contents.
+func eachFile(t *testing.T, dir string, fn func(path string, fi os.FileInfo, b []byte)) {
+	t.Helper()
 	err := filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
 		if err != nil || fi.IsDir() {
 			return err
 		}
-		if fi.Mode().Perm()&0o077 != 0 {
-			t.Errorf("%s is mode %v: the data directory's files must be owner-only", path, fi.Mode().Perm())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
 		}
-		b, _ := os.ReadFile(path)
-		if bytes.Contains(b, []byte(token)) {
-			t.Errorf("%s holds the admin token in clear", path)
-		}
+		fn(path, fi, b)
 		return nil
 	})
 	if err != nil {

@@ -309,6 +309,9 @@ type Run struct {
 	upstream   bool
 	failed     bool
 	finished   atomic.Bool
+	// outcome is what Finish delivered (valid once finished is set, read on
+	// the request's goroutine).
+	outcome Outcome
 }
 
 // Start begins a run of c for call.
@@ -438,6 +441,7 @@ func (r *Run) Finish(o Outcome) bool {
 	} else {
 		o.RejectedBy = r.rejectedBy
 	}
+	r.outcome = o
 	for k := r.ran - 1; k >= 0; k-- {
 		e := &r.chain.entries[r.active[k]]
 		if e.final == nil {
@@ -462,6 +466,18 @@ func (r *Run) finalOne(e *Entry, o *Outcome) {
 
 // Finished reports whether Finish has run.
 func (r *Run) Finished() bool { return r.finished.Load() }
+
+// Outcome is the outcome Finish delivered to the policies (Kind, Status,
+// WentUpstream and RejectedBy as the runner settled them); ok is false
+// before Finish. The usage record is built from it (gateway), so the meter
+// and the policies see the same final outcome. Call it on the goroutine that
+// called Finish, or after it returned.
+func (r *Run) Outcome() (o Outcome, ok bool) {
+	if !r.finished.Load() {
+		return Outcome{}, false
+	}
+	return r.outcome, true
+}
 
 // Abort finishes the run if nothing else did: Cancelled when the request's
 // context is done, else Failed. Meant to be deferred by the gateway so that

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"sluice/admission"
+	"sluice/admission/admissionconfig"
 	"sluice/counter"
 	"sluice/deployment"
 	"sluice/pricing"
@@ -276,8 +278,8 @@ func NewChecker(reg *Registry) *Checker { return &Checker{reg: reg, svc: StandIn
 // StandInServices are services good enough to construct any policy, not to
 // serve: a silent logger, the clock, the embedded price catalog (so a
 // policy's pricingFile is still checked against it), the tokenizer, a key
-// index with no keys and a counter store that reports itself unavailable;
-// construction reaches neither. So a constructor's complaint about a missing
+// index with no keys, a counter store that reports itself unavailable and a
+// scheduler that is never configured; construction reaches none of them. So a constructor's complaint about a missing
 // service is never reported as a problem of the document, while
 // construction-time checks of params still are. Nothing is registered for
 // metrics.
@@ -288,19 +290,24 @@ func StandInServices() *Services {
 		// simply unknown to the check.
 		cat = &pricing.Catalog{}
 	}
+	sched, err := admission.New(admission.Config{}, admission.Options{})
+	if err != nil {
+		panic(err) // the empty configuration is valid
+	}
 	return &Services{
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now:      time.Now,
-		Keys:     noKeys{},
-		Counters: unavailableStore{},
-		Pricing:  cat,
-		Tokens:   tokencount.New(),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:       time.Now,
+		Keys:      noKeys{},
+		Counters:  unavailableStore{},
+		Pricing:   cat,
+		Tokens:    tokencount.New(),
+		Admission: sched,
 	}
 }
 
-// Check validates d's structure (deployment.Validate) and builds every
-// route's chain, reporting every problem of both as deployment.Errors in
-// file order.
+// Check validates d's structure (deployment.Validate), builds every
+// route's chain and translates the fair-admission fields, reporting every
+// problem as deployment.Errors in file order.
 func Check(d *deployment.Deployment, reg *Registry) error { return NewChecker(reg).Check(d) }
 
 // Check is the package's Check with c's stand-in services.
@@ -323,13 +330,22 @@ func (c *Checker) Check(d *deployment.Deployment) error {
 	return errs.Normalize().Err()
 }
 
-// CheckChains builds every route's chain of d, without the structural
-// validation (for a document that yamlfile read, which validated it):
-// problems are deployment.Errors in file order. The chains built end their
-// life at once (Chain.Close; an error closing them is not the document's and
-// goes to the services' logger).
+// CheckChains builds every route's chain of d and translates its
+// fair-admission fields (admissionconfig), as the gateway does when it
+// applies d, without the structural validation (for a document that
+// yamlfile read, which validated it): problems are deployment.Errors in
+// file order. The chains built end their life at once (Chain.Close; an
+// error closing them is not the document's and goes to the services'
+// logger).
 func (c *Checker) CheckChains(d *deployment.Deployment) error {
 	var errs deployment.Errors
+	if _, err := admissionconfig.FromDeployment(d); err != nil {
+		var es deployment.Errors
+		if !errors.As(err, &es) {
+			return err
+		}
+		errs = append(errs, es...)
+	}
 	for i := range d.Routes {
 		ch, err := c.reg.BuildRoute(d, i, c.svc)
 		if err == nil {

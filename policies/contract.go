@@ -1,5 +1,18 @@
 // Package policies defines the policy contract, the registry of definitions, the
-// strict params decoding, and the chain runner that owns the lifecycle guarantee.
+// strict params decoding, the chain runner that owns the lifecycle guarantee,
+// the route-to-chain conversion (Registry.BuildRoute) and the dry-run chain
+// check (Check, with stand-in services) that `sluice validate` and the
+// platform run. One package per built-in policy lives below it
+// (policies/<name>, registered by policies/builtin), and the limit engine the
+// limit policies share in policies/ratelimit.
+//
+// Import rule (docs/architecture.md, checked by internal/layout): policies
+// import the services they are handed (counter, admission), the deployment
+// document's types, and the leaves (sharedctx, gwerror, llmapi, dialect,
+// pricing, tokencount, ...); never the gateway, the platform or the wiring.
+// Services are injected through Services; a policy instance never closes
+// them (they belong to the wiring) and may release its own resources in
+// Closer.Close.
 //
 // Phases, in execution order for one request:
 //
@@ -26,6 +39,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sluice/admission"
 	"sluice/counter"
 	"sluice/dialect"
 	"sluice/gwerror"
@@ -110,7 +124,19 @@ type Call struct {
 	Identified bool
 
 	limits dialect.Limits
+	output int64
 }
+
+// StreamOutput is the output of a streamed response forwarded to the client
+// before the event the stream phase is handling, in tokens as the gateway
+// counts them (every choice, each event's text tokenized as it passes); 0
+// for bodies and before the first event. A policy that meters output as it
+// is generated (fair-admission) reads it in the stream phase.
+func (c *Call) StreamOutput() int64 { return c.output }
+
+// SetStreamOutput records the stream output forwarded so far; the gateway
+// calls it before each event's stream phase.
+func (c *Call) SetStreamOutput(tokens int64) { c.output = tokens }
 
 // Limits is the rate-limit state the response reports: per kind the tightest
 // counter the limit policies admitted the request on. The gateway renders it
@@ -220,6 +246,11 @@ type Services struct {
 	Pricing *pricing.Catalog
 	// Tokens estimates prompt tokens.
 	Tokens *tokencount.Counter
+	// Admission is the fair-admission scheduler (fair-admission): one per
+	// process, configured by the gateway with every deployment it applies
+	// before the deployment's chains serve, so queues, running requests and
+	// counters survive reloads. A policy instance never closes it.
+	Admission *admission.Scheduler
 	// Metrics registers policy collectors (nil: no metrics). Chains are rebuilt
 	// on reload, so policies register with RegisterOrReuse.
 	Metrics prometheus.Registerer

@@ -151,6 +151,13 @@ var (
 // encodingFor picks the encoding for a model name. Provider prefixes
 // ("openai/gpt-4", "ft:gpt-3.5-turbo:org") are ignored.
 func encodingFor(model string) encodingID {
+	id, _ := lookupEncoding(model)
+	return id
+}
+
+// lookupEncoding is encodingFor, and whether the encoding is the model's
+// own (false: the o200k approximation of a model it does not know).
+func lookupEncoding(model string) (encodingID, bool) {
 	m := strings.ToLower(model)
 	if i := strings.LastIndexByte(m, '/'); i >= 0 {
 		m = m[i+1:]
@@ -158,15 +165,23 @@ func encodingFor(model string) encodingID {
 	m = strings.TrimPrefix(m, "ft:")
 	for _, p := range o200kPrefixes {
 		if strings.HasPrefix(m, p) {
-			return o200k
+			return o200k, true
 		}
 	}
 	for _, p := range cl100kPrefixes {
 		if strings.HasPrefix(m, p) {
-			return cl100k
+			return cl100k, true
 		}
 	}
-	return o200k
+	return o200k, false
+}
+
+// Exact reports whether Count uses model's own tokenizer (OpenAI's model
+// families); for any other model it approximates with o200k_base, and a
+// count may differ from the provider's by some percent either way.
+func Exact(model string) bool {
+	_, ok := lookupEncoding(model)
+	return ok
 }
 
 // EncodingName reports the encoding Count uses for model.
@@ -176,6 +191,43 @@ func EncodingName(model string) string { return string(encodingNames[encodingFor
 // extrapolated above SampleThreshold).
 func (c *Counter) Count(model, text string) int {
 	return int(c.countTexts(encodingFor(model), []string{text}))
+}
+
+// Prefix returns the longest prefix of text, cut at a character boundary,
+// that counts at most n tokens under model's encoding, and its count: text
+// itself when it has at most n tokens, "" for n <= 0. The gateway cuts an
+// answer that passes its output bound with it. A prefix's count is how the
+// prefix tokenizes on its own (what the client receives), found by binary
+// search over the prefix lengths: about log2(len(text)) counts.
+func (c *Counter) Prefix(model, text string, n int) (string, int) {
+	if n <= 0 || text == "" {
+		return "", 0
+	}
+	total := c.Count(model, text)
+	if total <= n {
+		return text, total
+	}
+	lo, loCount, hi := 0, 0, len(text) // text[:lo] fits, text[:hi] does not
+	for {
+		mid := lo + (hi-lo)/2
+		for mid > lo && !utf8.RuneStart(text[mid]) {
+			mid--
+		}
+		if mid == lo {
+			mid = lo + (hi-lo)/2 + 1
+			for mid < hi && !utf8.RuneStart(text[mid]) {
+				mid++
+			}
+			if mid >= hi {
+				return text[:lo], loCount
+			}
+		}
+		if k := c.Count(model, text[:mid]); k <= n {
+			lo, loCount = mid, k
+		} else {
+			hi = mid
+		}
+	}
 }
 
 func (c *Counter) exact(id encodingID, text string) int64 {

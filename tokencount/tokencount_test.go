@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"sluice/llmapi"
 )
@@ -287,5 +288,44 @@ func TestWarmLoadsEveryEncoding(t *testing.T) {
 		if c.encodings[id].enc == nil {
 			t.Fatalf("encoding %d not loaded by Warm", id)
 		}
+	}
+}
+
+func TestExact(t *testing.T) {
+	for model, want := range map[string]bool{"gpt-4o-mini": true, "openai/gpt-4": true, "o3": true,
+		"claude-haiku-4-5": false, "llama-3.1-8b": false, "": false} {
+		if got := Exact(model); got != want {
+			t.Errorf("Exact(%q) = %v; want %v", model, got, want)
+		}
+	}
+}
+
+// TestPrefix: the longest prefix within n tokens, never splitting a
+// character; every n from 0 past the whole text.
+func TestPrefix(t *testing.T) {
+	c := New()
+	for _, text := range []string{strings.Repeat(" tok", 40), "Héllo, wörld! 你好世界，这是一个测试。 Ünïcødé ✓ emoji 🎉🎉 done.", "one"} {
+		total := c.Count("gpt-4o", text)
+		for n := 0; n <= total+1; n++ {
+			p, k := c.Prefix("gpt-4o", text, n)
+			if !strings.HasPrefix(text, p) || !utf8.ValidString(p) {
+				t.Fatalf("n=%d: %q is not a whole-character prefix of %q", n, p, text)
+			}
+			if k != c.Count("gpt-4o", p) || k > n {
+				t.Fatalf("n=%d: prefix %q counts %d (reported %d)", n, p, c.Count("gpt-4o", p), k)
+			}
+			if rest := text[len(p):]; rest != "" {
+				_, size := utf8.DecodeRuneInString(rest)
+				if c.Count("gpt-4o", text[:len(p)+size]) <= n {
+					t.Fatalf("n=%d: prefix %q is not the longest (one more character still fits)", n, p)
+				}
+			}
+		}
+		if p, k := c.Prefix("gpt-4o", text, total); p != text || k != total {
+			t.Fatalf("the whole text within its own count: %q %d", p, k)
+		}
+	}
+	if p, k := c.Prefix("gpt-4o", strings.Repeat(" tok", 10), 3); p != " tok tok tok" || k != 3 {
+		t.Fatalf("Prefix(3) = %q, %d", p, k)
 	}
 }

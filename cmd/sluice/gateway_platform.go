@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"sluice/gateway/pull"
+	"sluice/internal/app"
+	"sluice/meter/ship"
 )
 
 // gatewayPlatform holds the flags of `sluice gateway --platform`.
@@ -54,5 +56,7 @@ func (p *gatewayPlatform) run(ctx context.Context, cfgPath, listen, pricingFile 
 	}
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second}}
 	return pulledGateway{listen: listen, pricingFile: pricingFile, logger: logger, stdout: stdout, startTimeout: p.wait,
-		feed: &pull.HTTPFeed{URL: p.url, Token: token, Client: client}, cache: cache}.run(ctx, stderr)
+		feed: &pull.HTTPFeed{URL: p.url, Token: token, Client: client}, cache: cache,
+		meter: app.MeterOptions{Platform: &ship.HTTPSender{URL: p.url, Token: token, Client: client}, SpoolDir: path + ".meter"},
+	}.run(ctx, stderr)
 }

@@ -251,7 +251,7 @@ func TestGatewayProcess(t *testing.T) {
 			t.Fatalf("stream cut during shutdown: %v\nreceived: %s", err, rest)
 		}
 		all := first + string(rest)
-		if n := strings.Count(all, `"content":"tok "`); n != tokens {
+		if n := strings.Count(all, `"content":" tok"`); n != tokens {
 			t.Fatalf("stream delivered %d of %d tokens:\n%s", n, tokens, all)
 		}
 		if !strings.HasSuffix(strings.TrimSpace(all), "data: [DONE]") {
@@ -285,7 +285,7 @@ func TestGatewayDefaultDeployment(t *testing.T) {
 		Args: []string{"gateway", "--listen", "127.0.0.1:0"}})
 
 	status, body := chat(t, gw.URL, demo.Key, "gpt-4o-mini")
-	if status != 200 || !strings.Contains(body, `"content":"tok tok tok "`) || !strings.Contains(body, `"completion_tokens":3`) {
+	if status != 200 || !strings.Contains(body, `"content":" tok tok tok"`) || !strings.Contains(body, `"completion_tokens":3`) {
 		t.Fatalf("chat with the demo key: %d %s", status, body)
 	}
 	if status, body := chat(t, gw.URL, "sk-not-the-demo-key", "gpt-4o-mini"); status != http.StatusUnauthorized {

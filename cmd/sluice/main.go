@@ -25,6 +25,7 @@ func commands() []command {
 		{"policies", "list policy definitions: sluice policies [schema NAME]", cmdPolicies},
 		{"serve", "run the platform and a gateway in one process: sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR]", cmdServe},
 		{"platform", "run the control plane: sluice platform [--admin-listen ADDR] [--data DIR | --database URL]", cmdPlatform},
+		{"bench", "load tests: sluice bench fairness --tenants N --duration D --mode fifo|rpm|fair --out DIR", cmdBench},
 		{"version", "print the version and the Go version it was built with", cmdVersion},
 	}
 }

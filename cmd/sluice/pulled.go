@@ -24,6 +24,8 @@ type pulledGateway struct {
 	cache       *pull.Cache
 	// startTimeout bounds the wait for the platform before the cache is used.
 	startTimeout time.Duration
+	// meter ships the usage records to the platform.
+	meter app.MeterOptions
 }
 
 // run serves until ctx is done, then drains. It returns the exit code.
@@ -45,6 +47,7 @@ func (o pulledGateway) run(ctx context.Context, stderr io.Writer) int {
 		Services: app.Services{Logger: logger, PricingFile: o.pricingFile},
 		// Every key lookup is recorded for the platform's "last used".
 		WrapKeys: usage.Wrap,
+		Meter:    o.meter,
 	})
 	if err != nil {
 		return fail(err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -31,7 +32,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
 	pricingFile := fs.String("pricing", "", "extra model prices (YAML or JSON) on top of the embedded table")
 	o := addPlatformFlags(fs, false)
-	if code, ok := parseFlags(fs, "sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR] [flags]\n\nRuns the platform (API and web console on --admin-listen) and a gateway in\none process; the gateway serves each provider under /<provider name>/.", args, stdout, stderr); !ok {
+	if code, ok := parseFlags(fs, "sluice serve [--listen ADDR] [--admin-listen ADDR] [--data DIR] [--counters-redis URL] [flags]\n\nRuns the platform (API and web console on --admin-listen) and a gateway in\none process; the gateway serves each provider under /<provider name>/.", args, stdout, stderr); !ok {
 		return code
 	}
 	logger, err := newLogger(stderr, *o.logFormat, *o.logLevel)
@@ -39,9 +40,14 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 2
 	}
+	counters, err := o.counters.setting(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := o.open(ctx, logger, stdout)
+	p, err := o.open(ctx, counters, logger, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
@@ -69,7 +75,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}()
 	// The gateway drains first, then the platform stops.
 	code := pulledGateway{listen: *listen, pricingFile: *pricingFile, logger: logger, stdout: stdout,
-		startTimeout: 10 * time.Second, feed: localFeed{p: p, id: localGatewayID}}.run(ctx, stderr)
+		startTimeout: 10 * time.Second, feed: localFeed{p: p, id: localGatewayID},
+		meter: app.MeterOptions{Platform: localUsage{p: p, id: localGatewayID}, SpoolDir: filepath.Join(*o.data, "meter-spool"), GatewayID: localGatewayID},
+	}.run(ctx, stderr)
 	stopPlatform()
 	wg.Wait()
 	return code
@@ -96,4 +104,15 @@ func (f localFeed) Report(ctx context.Context, s pull.Status) error {
 // isHelp reports whether args ask for a command's usage.
 func isHelp(args []string) bool {
 	return len(args) == 1 && (args[0] == "-h" || args[0] == "--help")
+}
+
+// localUsage ships the in-process gateway's usage records to the platform
+// in the same process.
+type localUsage struct {
+	p  *platform.Platform
+	id string
+}
+
+func (l localUsage) Send(ctx context.Context, body []byte) error {
+	return l.p.IngestUsage(ctx, l.id, body)
 }

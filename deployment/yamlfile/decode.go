@@ -445,6 +445,10 @@ func (d *decoder) decodeValue(n ast.Node, v reflect.Value, path string) {
 			v.SetZero()
 			return
 		}
+		if t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() != reflect.Interface {
+			d.decodeTypedMap(n, v, path)
+			return
+		}
 		val := d.toAny(n, path)
 		if val == nil {
 			return
@@ -497,6 +501,11 @@ func (d *decoder) decodeScalar(n ast.Node, v reflect.Value, path string, at pos)
 		if ok && s.kind == kNull {
 			v.SetFloat(0)
 			return
+		}
+		if sn, plain := n.(*ast.StringNode); ok && plain && s.kind == kString && sn.Token != nil && sn.Token.Type == token.StringType {
+			// goccy/go-yaml reads an unquoted 1e+06 as a string; the
+			// YAML 1.2 core schema reads it as a number.
+			s = resolvePlain(s.text)
 		}
 		if ok && (s.kind == kInt || s.kind == kFloat) {
 			f := s.f
@@ -568,6 +577,27 @@ func (d *decoder) decodeStruct(n ast.Node, v reflect.Value, path string) {
 		d.record(p, &kp, e.val)
 		d.decodeValue(e.val, v.Field(fi), p)
 	}
+}
+
+// decodeTypedMap decodes a mapping with string keys into a map whose values
+// are typed (admission.classes), each value at path.key.
+func (d *decoder) decodeTypedMap(n ast.Node, v reflect.Value, path string) {
+	es, ok := d.entries(n, path)
+	if !ok {
+		d.fail(path, nodePos(n), "expected a mapping, got %s", describe(n))
+		return
+	}
+	t := v.Type()
+	m := reflect.MakeMapWithSize(t, len(es))
+	for _, e := range es {
+		p := deployment.ChildField(path, e.key)
+		kp := e.keyPos
+		d.record(p, &kp, e.val)
+		el := reflect.New(t.Elem()).Elem()
+		d.decodeValue(e.val, el, p)
+		m.SetMapIndex(reflect.ValueOf(e.key).Convert(t.Key()), el)
+	}
+	v.Set(m)
 }
 
 // toAny converts a subtree to plain values (map[string]any, []any, string,

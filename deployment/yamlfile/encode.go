@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"sort"
 	"strings"
@@ -100,6 +101,16 @@ func tree(d *deployment.Deployment, str func(string) any) yaml.MapSlice {
 		if p.Retries != nil {
 			o.add("retries", *p.Retries)
 		}
+		if c := p.Capacity; c != nil {
+			var co obj
+			if c.MaxConcurrent != 0 {
+				co.add("maxConcurrent", c.MaxConcurrent)
+			}
+			if c.MaxTokensInFlight != 0 {
+				co.add("maxTokensInFlight", c.MaxTokensInFlight)
+			}
+			o.add("capacity", yaml.MapSlice(co))
+		}
 		providers = append(providers, yaml.MapSlice(o))
 	}
 	m.add("providers", providers)
@@ -125,6 +136,16 @@ func tree(d *deployment.Deployment, str func(string) any) yaml.MapSlice {
 				keys[i] = yaml.MapSlice(ko)
 			}
 			o.add("keys", keys)
+		}
+		if ad := a.Admission; ad != nil {
+			var ao obj
+			if ad.Class != "" {
+				ao.add("class", str(ad.Class))
+			}
+			if ad.Weight != 0 {
+				ao.add("weight", number(ad.Weight))
+			}
+			o.add("admission", yaml.MapSlice(ao))
 		}
 		apps = append(apps, yaml.MapSlice(o))
 	}
@@ -161,7 +182,49 @@ func tree(d *deployment.Deployment, str func(string) any) yaml.MapSlice {
 		routes = append(routes, yaml.MapSlice(o))
 	}
 	m.add("routes", routes)
+	if d.Admission != nil {
+		m.add("admission", yaml.MapSlice(admissionTree(d.Admission)))
+	}
 	return yaml.MapSlice(m)
+}
+
+func admissionTree(a *deployment.Admission) obj {
+	var o obj
+	if a.InputWeight != 0 {
+		o.add("inputWeight", number(a.InputWeight))
+	}
+	if a.OutputWeight != 0 {
+		o.add("outputWeight", number(a.OutputWeight))
+	}
+	if len(a.Classes) > 0 {
+		names := make([]string, 0, len(a.Classes))
+		for n := range a.Classes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var cs obj
+		for _, n := range names {
+			c := a.Classes[n]
+			var co obj
+			for _, kv := range []struct {
+				k string
+				v float64
+			}{{"reservedShare", c.ReservedShare}, {"maxShare", c.MaxShare}, {"maxQueuedWork", c.MaxQueuedWork}} {
+				if kv.v != 0 {
+					co.add(kv.k, number(kv.v))
+				}
+			}
+			if c.DefaultDeadline != 0 {
+				co.add("defaultDeadline", c.DefaultDeadline.String())
+			}
+			if c.MaxDeadline != 0 {
+				co.add("maxDeadline", c.MaxDeadline.String())
+			}
+			cs.add(n, yaml.MapSlice(co))
+		}
+		o.add("classes", yaml.MapSlice(cs))
+	}
+	return o
 }
 
 func counters(c deployment.Counters, str func(string) any) obj {
@@ -201,6 +264,15 @@ func counters(c deployment.Counters, str func(string) any) obj {
 	}
 	o.addObj("redis", ro)
 	return o
+}
+
+// number is f as the encoders should write it: a whole number as an
+// integer (goccy/go-yaml would write 1e6 as "1e+06"), anything else as is.
+func number(f float64) any {
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return int64(f)
+	}
+	return f
 }
 
 type obj yaml.MapSlice

@@ -22,9 +22,15 @@ func doc() *deployment.Deployment {
 	return &deployment.Deployment{
 		APIVersion: deployment.APIVersion,
 		Providers: []deployment.Provider{{Name: "openai", Type: "openai", URL: "http://127.0.0.1:9000",
-			Auth: &deployment.Auth{Header: "Authorization", Value: "Bearer sk-${NOT_A_VAR}$$"}, Retries: &retries}},
+			Auth: &deployment.Auth{Header: "Authorization", Value: "Bearer sk-${NOT_A_VAR}$$"}, Retries: &retries,
+			Capacity: &deployment.Capacity{MaxConcurrent: 8, MaxTokensInFlight: 1 << 40}}},
 		Applications: []deployment.Application{{ID: "app-1", Name: strings.Join(tricky, "|"),
-			Keys: []deployment.APIKey{{ID: "k1", Hash: deployment.HashKey("x"), ExpiresAt: &exp}}}},
+			Keys:      []deployment.APIKey{{ID: "k1", Hash: deployment.HashKey("x"), ExpiresAt: &exp}},
+			Admission: &deployment.ApplicationAdmission{Class: "priority", Weight: 2.5}}},
+		Admission: &deployment.Admission{InputWeight: 1, OutputWeight: 3, Classes: map[string]deployment.AdmissionClass{
+			"priority": {ReservedShare: 0.25, MaxShare: 0.5, DefaultDeadline: deployment.Duration(2 * time.Second),
+				MaxDeadline: deployment.Duration(90 * time.Millisecond * 100), MaxQueuedWork: 5e4},
+			"standard": {MaxQueuedWork: 1e6}}},
 		Routes: []deployment.Route{{Name: "openai", Context: "/openai", Provider: "openai", Policies: []deployment.PolicyEntry{
 			{Name: "api-key-auth", Version: "v1", Params: map[string]any{"applications": []any{"app-1"}}},
 			{Name: "x", Version: "v1", Resources: &deployment.Resources{Exclude: []string{"/embeddings"}},
@@ -84,6 +90,15 @@ func roundTrip(t *testing.T, render func(*deployment.Deployment) ([]byte, error)
 	}
 	if *out.Providers[0].Retries != 0 {
 		t.Errorf("retries: 0 must be kept, got %d", *out.Providers[0].Retries)
+	}
+	for what, pair := range map[string][2]any{
+		"capacity":              {out.Providers[0].Capacity, in.Providers[0].Capacity},
+		"application admission": {out.Applications[0].Admission, in.Applications[0].Admission},
+		"admission":             {out.Admission, in.Admission},
+	} {
+		if got, want := canon(t, pair[0]), canon(t, pair[1]); got != want {
+			t.Errorf("%s\n got %s\nwant %s", what, got, want)
+		}
 	}
 }
 

@@ -6,8 +6,8 @@
 // gateway is put together in one place.
 //
 // The wiring owns the services it creates: Gateway.Close closes the counter
-// store it built (and later the scheduler). A service handed in through
-// Services stays the caller's. Import rule: app imports the gateway and the
+// store it built (the fair-admission scheduler holds nothing to close). A
+// service handed in through Services stays the caller's. Import rule: app imports the gateway and the
 // platform; nothing but cmd, tests and the bench programs import app.
 package app
 
@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"sluice/admission"
+	"sluice/admission/admissionprom"
 	"sluice/counter"
 	"sluice/counter/counterconfig"
 	"sluice/deployment"
@@ -55,6 +57,10 @@ type Services struct {
 	// Tokens is the tokenizer (nil: a new one whose vocabularies are loaded
 	// before the gateway serves, not on its first requests).
 	Tokens *tokencount.Counter
+	// Admission is the fair-admission scheduler (nil: a new one on the real
+	// clock, its metrics registered once on Metrics). The gateway configures
+	// it with every deployment it applies.
+	Admission *admission.Scheduler
 }
 
 // GatewayOptions configure NewGateway.
@@ -71,6 +77,10 @@ type GatewayOptions struct {
 	// WrapKeys, when set, wraps every deployment's key index (the platform
 	// source records each key's last use through it).
 	WrapKeys func(policies.KeyIndex) policies.KeyIndex
+	// Meter says where usage records go by default (the zero value: a
+	// JSON lines file when the deployment's meter.jsonl.path is set, else
+	// nowhere).
+	Meter MeterOptions
 }
 
 // Gateway is an assembled gateway and the services the wiring owns for it.
@@ -96,6 +106,15 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 		return nil, err
 	}
 	g.Services, g.log = o.Services, o.Logger
+	sink, err := g.meterSink(d, &o.Services, o.Meter)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	var access *slog.Logger
+	if d.Meter.AccessLog != "off" {
+		access = o.Logger
+	}
 	if o.Registry == nil {
 		o.Registry = builtin.Registry()
 	}
@@ -110,8 +129,10 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 		Registry: o.Registry, Logger: o.Logger, Metrics: o.Metrics, Now: o.Now,
 		Services: policies.Services{
 			Logger: o.Logger, Now: o.Now, Counters: o.Counters, Pricing: o.Pricing, Tokens: o.Tokens, Metrics: o.Metrics,
+			Admission: o.Admission,
 		},
 		KeyIndex: keys, Transport: o.Transport, Backoff: o.Backoff, SeparateMetrics: o.SeparateMetrics,
+		Meter: sink, GatewayID: o.Meter.GatewayID, AccessLog: access,
 	})
 	if err == nil {
 		g.Gateway = gw
@@ -147,6 +168,22 @@ func (g *Gateway) services(d *deployment.Deployment, s *Services) error {
 	if s.Tokens == nil {
 		s.Tokens = tokencount.New()
 		s.Tokens.Warm()
+	}
+	if s.Admission == nil {
+		// Configured by Apply; the process-lifetime metrics are registered
+		// here, once, not by the chains that reload.
+		events := admissionprom.NewEvents()
+		sched, err := admission.New(admission.Config{}, admission.Options{Observer: events})
+		if err != nil {
+			return err
+		}
+		if err := s.Metrics.Register(events); err != nil {
+			return err
+		}
+		if err := s.Metrics.Register(admissionprom.NewState(sched)); err != nil {
+			return err
+		}
+		s.Admission = sched
 	}
 	if s.Counters == nil {
 		if d.Counters.Backend == counterconfig.Redis {

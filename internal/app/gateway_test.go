@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -168,5 +169,68 @@ func TestRunDrains(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + ln.Addr().String() + "/readyz"); err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("still serving after Run returned: %v", err)
+	}
+}
+
+// TestGatewayAdmission: the wiring builds the one scheduler of the process
+// and registers its metrics once; every applied deployment configures it
+// before it serves (a reload changes the capacity and keeps the target's
+// state), and a deployment whose admission fields are wrong is refused
+// with the field named, leaving the running configuration in place.
+func TestGatewayAdmission(t *testing.T) {
+	withCapacity := func(n int) *deployment.Deployment {
+		return parse(t, strings.Replace(doc, `url: "http://127.0.0.1:9"}`, fmt.Sprintf(`url: "http://127.0.0.1:9", capacity: {maxConcurrent: %d}}`, n), 1))
+	}
+	gw, err := NewGateway(withCapacity(4), GatewayOptions{Services: Services{Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	sched := gw.Services.Admission
+	if sched == nil {
+		t.Fatal("no scheduler built")
+	}
+	capOf := func() int {
+		t.Helper()
+		snap := sched.Snapshot()
+		if len(snap.Targets) != 1 || snap.Targets[0].Name != "p" || !snap.Targets[0].Limited {
+			t.Fatalf("targets %+v; want provider p", snap.Targets)
+		}
+		return snap.Targets[0].Capacity.MaxConcurrent
+	}
+	if n := capOf(); n != 4 {
+		t.Fatalf("capacity %d; want 4", n)
+	}
+	mfs, err := gw.Services.Metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		found = found || mf.GetName() == "sluice_admission_capacity_requests"
+	}
+	if !found {
+		t.Error("the scheduler's metrics are not registered")
+	}
+	if err := gw.Apply(withCapacity(9)); err != nil || capOf() != 9 {
+		t.Fatalf("reload: %v, capacity %d; want 9", err, capOf())
+	}
+	bad := parse(t, doc)
+	bad.Providers[0].Capacity = &deployment.Capacity{}
+	if err := gw.Apply(bad); err == nil || !strings.Contains(err.Error(), "providers[0].capacity: give maxConcurrent") {
+		t.Fatalf("bad capacity: %v", err)
+	}
+	if n := capOf(); n != 9 {
+		t.Fatalf("a refused deployment changed the capacity to %d", n)
+	}
+	// A scheduler handed in is the one configured (and its metrics are
+	// the caller's to register).
+	other, err := NewGateway(withCapacity(1), GatewayOptions{Services: Services{Logger: slog.New(slog.DiscardHandler), Admission: sched}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if n := capOf(); n != 1 {
+		t.Fatalf("the caller's scheduler was not configured: %d", n)
 	}
 }

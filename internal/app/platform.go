@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"sluice/deployment"
 	"sluice/platform"
 	"sluice/policies/builtin"
 	"sluice/webui"
@@ -19,9 +20,13 @@ import (
 type PlatformOptions struct {
 	// DataDir, DatabaseURL, AdminToken, SecretKey: see platform.Options.
 	DataDir, DatabaseURL, AdminToken, SecretKey string
+	// UsageRetention: see platform.Options.
+	UsageRetention time.Duration
 	// Announce receives the one-time admin token message.
 	Announce io.Writer
 	Logger   *slog.Logger
+	// Counters: see platform.Options.
+	Counters deployment.Counters
 }
 
 // OpenPlatform opens the control plane with the built-in policy catalog and
@@ -39,7 +44,8 @@ func OpenPlatform(ctx context.Context, o PlatformOptions) (*platform.Platform, e
 	}
 	return platform.Open(ctx, platform.Options{
 		DataDir: o.DataDir, DatabaseURL: o.DatabaseURL, AdminToken: o.AdminToken, SecretKey: o.SecretKey,
-		Announce: o.Announce, Registry: builtin.Registry(), Logger: o.Logger, Console: console,
+		Announce: o.Announce, Registry: builtin.Registry(), Logger: o.Logger, Console: console, Counters: o.Counters,
+		UsageRetention: o.UsageRetention,
 	})
 }
 

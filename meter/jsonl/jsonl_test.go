@@ -18,7 +18,7 @@ import (
 	"sluice/internal/proctest"
 	"sluice/meter"
 	"sluice/meter/internal/killtest"
-	"sluice/meter/internal/metertest"
+	"sluice/meter/metertest"
 )
 
 var record = metertest.Record

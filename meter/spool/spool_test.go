@@ -14,7 +14,7 @@ import (
 
 	"sluice/internal/proctest"
 	"sluice/meter"
-	"sluice/meter/internal/metertest"
+	"sluice/meter/metertest"
 )
 
 // record returns a realistic record with id "r<i>" (470 bytes framed).

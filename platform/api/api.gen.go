@@ -39,6 +39,24 @@ func (e CreatedGatewayState) Valid() bool {
 	}
 }
 
+// Defines values for Format.
+const (
+	Csv  Format = "csv"
+	Json Format = "json"
+)
+
+// Valid indicates whether the value is a known member of the Format enum.
+func (e Format) Valid() bool {
+	switch e {
+	case Csv:
+		return true
+	case Json:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GatewayState.
 const (
 	GatewayStateApplied GatewayState = "applied"
@@ -146,25 +164,64 @@ func (e ProviderInputType) Valid() bool {
 
 // Defines values for ResetUnit.
 const (
-	Day    ResetUnit = "day"
-	Hour   ResetUnit = "hour"
-	Minute ResetUnit = "minute"
-	Month  ResetUnit = "month"
-	Week   ResetUnit = "week"
+	ResetUnitDay    ResetUnit = "day"
+	ResetUnitHour   ResetUnit = "hour"
+	ResetUnitMinute ResetUnit = "minute"
+	ResetUnitMonth  ResetUnit = "month"
+	ResetUnitWeek   ResetUnit = "week"
 )
 
 // Valid indicates whether the value is a known member of the ResetUnit enum.
 func (e ResetUnit) Valid() bool {
 	switch e {
-	case Day:
+	case ResetUnitDay:
 		return true
-	case Hour:
+	case ResetUnitHour:
 		return true
-	case Minute:
+	case ResetUnitMinute:
 		return true
-	case Month:
+	case ResetUnitMonth:
 		return true
-	case Week:
+	case ResetUnitWeek:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Resolution.
+const (
+	Abandoned      Resolution = "abandoned"
+	AuthFailed     Resolution = "auth_failed"
+	Closed         Resolution = "closed"
+	Denied         Resolution = "denied"
+	InternalError  Resolution = "internal_error"
+	InvalidRequest Resolution = "invalid_request"
+	Released       Resolution = "released"
+	Settled        Resolution = "settled"
+	UpstreamError  Resolution = "upstream_error"
+)
+
+// Valid indicates whether the value is a known member of the Resolution enum.
+func (e Resolution) Valid() bool {
+	switch e {
+	case Abandoned:
+		return true
+	case AuthFailed:
+		return true
+	case Closed:
+		return true
+	case Denied:
+		return true
+	case InternalError:
+		return true
+	case InvalidRequest:
+		return true
+	case Released:
+		return true
+	case Settled:
+		return true
+	case UpstreamError:
 		return true
 	default:
 		return false
@@ -192,6 +249,129 @@ func (e ResourceLimitResource) Valid() bool {
 	case Messages:
 		return true
 	case Responses:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UsageDimension.
+const (
+	UsageDimensionApplication UsageDimension = "application"
+	UsageDimensionKey         UsageDimension = "key"
+	UsageDimensionModel       UsageDimension = "model"
+	UsageDimensionProvider    UsageDimension = "provider"
+	UsageDimensionResolution  UsageDimension = "resolution"
+	UsageDimensionRoute       UsageDimension = "route"
+	UsageDimensionStatusClass UsageDimension = "statusClass"
+)
+
+// Valid indicates whether the value is a known member of the UsageDimension enum.
+func (e UsageDimension) Valid() bool {
+	switch e {
+	case UsageDimensionApplication:
+		return true
+	case UsageDimensionKey:
+		return true
+	case UsageDimensionModel:
+		return true
+	case UsageDimensionProvider:
+		return true
+	case UsageDimensionResolution:
+		return true
+	case UsageDimensionRoute:
+		return true
+	case UsageDimensionStatusClass:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UsageRecordUsageSource.
+const (
+	UsageRecordUsageSourceCounted  UsageRecordUsageSource = "counted"
+	UsageRecordUsageSourceNone     UsageRecordUsageSource = "none"
+	UsageRecordUsageSourcePartial  UsageRecordUsageSource = "partial"
+	UsageRecordUsageSourceProvider UsageRecordUsageSource = "provider"
+)
+
+// Valid indicates whether the value is a known member of the UsageRecordUsageSource enum.
+func (e UsageRecordUsageSource) Valid() bool {
+	switch e {
+	case UsageRecordUsageSourceCounted:
+		return true
+	case UsageRecordUsageSourceNone:
+		return true
+	case UsageRecordUsageSourcePartial:
+		return true
+	case UsageRecordUsageSourceProvider:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UsageReportBucket.
+const (
+	UsageReportBucketDay  UsageReportBucket = "day"
+	UsageReportBucketHour UsageReportBucket = "hour"
+)
+
+// Valid indicates whether the value is a known member of the UsageReportBucket enum.
+func (e UsageReportBucket) Valid() bool {
+	switch e {
+	case UsageReportBucketDay:
+		return true
+	case UsageReportBucketHour:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UsageRowStatusClass.
+const (
+	UsageRowStatusClassN1xx UsageRowStatusClass = "1xx"
+	UsageRowStatusClassN2xx UsageRowStatusClass = "2xx"
+	UsageRowStatusClassN3xx UsageRowStatusClass = "3xx"
+	UsageRowStatusClassN4xx UsageRowStatusClass = "4xx"
+	UsageRowStatusClassN5xx UsageRowStatusClass = "5xx"
+	UsageRowStatusClassNone UsageRowStatusClass = "none"
+)
+
+// Valid indicates whether the value is a known member of the UsageRowStatusClass enum.
+func (e UsageRowStatusClass) Valid() bool {
+	switch e {
+	case UsageRowStatusClassN1xx:
+		return true
+	case UsageRowStatusClassN2xx:
+		return true
+	case UsageRowStatusClassN3xx:
+		return true
+	case UsageRowStatusClassN4xx:
+		return true
+	case UsageRowStatusClassN5xx:
+		return true
+	case UsageRowStatusClassNone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetUsageParamsBucket.
+const (
+	GetUsageParamsBucketDay  GetUsageParamsBucket = "day"
+	GetUsageParamsBucketHour GetUsageParamsBucket = "hour"
+)
+
+// Valid indicates whether the value is a known member of the GetUsageParamsBucket enum.
+func (e GetUsageParamsBucket) Valid() bool {
+	switch e {
+	case GetUsageParamsBucketDay:
+		return true
+	case GetUsageParamsBucketHour:
 		return true
 	default:
 		return false
@@ -324,12 +504,16 @@ type DeploymentEntry struct {
 type Error struct {
 	Error struct {
 		// Code unauthorized, not_found, conflict, validation_failed,
-		// precondition_failed, precondition_required, bad_request, internal.
+		// unsupported_meter_version, precondition_failed,
+		// precondition_required, request_too_large, bad_request, internal.
 		Code    string     `json:"code"`
 		Details *[]Problem `json:"details,omitempty"`
 		Message string     `json:"message"`
 	} `json:"error"`
 }
+
+// Format defines model for Format.
+type Format string
 
 // Gateway defines model for Gateway.
 type Gateway struct {
@@ -516,7 +700,7 @@ type ProviderDeployment struct {
 	// Version The deployment version this view was generated from.
 	Version int64 `json:"version"`
 
-	// Yaml The provider's part of the deployment document, as YAML.
+	// Yaml The provider's part of the deployment document, as YAML: its provider and route, and the counters section every gateway counts in, with the upstream key and any Redis password redacted.
 	Yaml string `json:"yaml"`
 }
 
@@ -570,6 +754,9 @@ type Reset struct {
 // ResetUnit defines model for Reset.Unit.
 type ResetUnit string
 
+// Resolution How a request ended (docs/meter.md#resolutions).
+type Resolution string
+
 // ResourceLimit defines model for ResourceLimit.
 type ResourceLimit struct {
 	Limit    Limits                `json:"limit"`
@@ -579,6 +766,149 @@ type ResourceLimit struct {
 // ResourceLimitResource defines model for ResourceLimit.Resource.
 type ResourceLimitResource string
 
+// UsageDimension defines model for UsageDimension.
+type UsageDimension string
+
+// UsageIngestResult defines model for UsageIngestResult.
+type UsageIngestResult struct {
+	// Accepted Records stored and counted.
+	Accepted int `json:"accepted"`
+
+	// Duplicates Records stored before (or twice in the batch), not counted again.
+	Duplicates int `json:"duplicates"`
+
+	// Expired Records older than the usage retention, skipped.
+	Expired int `json:"expired"`
+}
+
+// UsageRecord One request's usage record (docs/meter.md#fields), every field present.
+type UsageRecord struct {
+	Application      string `json:"application"`
+	Attempts         int    `json:"attempts"`
+	CacheWriteTokens int64  `json:"cacheWriteTokens"`
+	CachedTokens     int64  `json:"cachedTokens"`
+	ClientRequestId  string `json:"clientRequestId"`
+	CompletionTokens int64  `json:"completionTokens"`
+	CostMicroUsd     int64  `json:"costMicroUsd"`
+	DeniedBy         string `json:"deniedBy"`
+	ErrorCode        string `json:"errorCode"`
+	GatewayId        string `json:"gatewayId"`
+	Id               string `json:"id"`
+	KeyId            string `json:"keyId"`
+	LatencyUs        int64  `json:"latencyUs"`
+	PriceVersion     string `json:"priceVersion"`
+	PromptTokens     int64  `json:"promptTokens"`
+	Provider         string `json:"provider"`
+	ReasoningTokens  int64  `json:"reasoningTokens"`
+
+	// ReceivedAt When the platform stored the record.
+	ReceivedAt     time.Time `json:"receivedAt"`
+	RequestedModel string    `json:"requestedModel"`
+
+	// Resolution How a request ended (docs/meter.md#resolutions).
+	Resolution  Resolution `json:"resolution"`
+	Route       string     `json:"route"`
+	ServedModel string     `json:"servedModel"`
+	Status      int        `json:"status"`
+
+	// Ts When the gateway received the request.
+	Ts          time.Time              `json:"ts"`
+	TtftUs      int64                  `json:"ttftUs"`
+	UsageSource UsageRecordUsageSource `json:"usageSource"`
+}
+
+// UsageRecordUsageSource defines model for UsageRecord.UsageSource.
+type UsageRecordUsageSource string
+
+// UsageRecordPage defines model for UsageRecordPage.
+type UsageRecordPage struct {
+	// Next Pass as cursor= for the next page; absent on the last page.
+	Next    *string       `json:"next,omitempty"`
+	Records []UsageRecord `json:"records"`
+}
+
+// UsageReport defines model for UsageReport.
+type UsageReport struct {
+	Bucket UsageReportBucket `json:"bucket"`
+
+	// From The start of the first bucket covered.
+	From    time.Time        `json:"from"`
+	GroupBy []UsageDimension `json:"groupBy"`
+
+	// Rows One per bucket and combination of the groupBy dimensions with any usage; only the grouped dimensions are set.
+	Rows []UsageRow `json:"rows"`
+
+	// To The end of the last bucket covered (excluded).
+	To     time.Time   `json:"to"`
+	Totals UsageTotals `json:"totals"`
+}
+
+// UsageReportBucket defines model for UsageReport.Bucket.
+type UsageReportBucket string
+
+// UsageRow defines model for UsageRow.
+type UsageRow struct {
+	Application      *string `json:"application,omitempty"`
+	CacheWriteTokens int64   `json:"cacheWriteTokens"`
+	CachedTokens     int64   `json:"cachedTokens"`
+
+	// CompletionTokens Output tokens, reasoning ones included.
+	CompletionTokens int64 `json:"completionTokens"`
+
+	// CostMicroUsd Cost in millionths of a US dollar.
+	CostMicroUsd int64   `json:"costMicroUsd"`
+	KeyId        *string `json:"keyId,omitempty"`
+
+	// MeanLatencyUs Mean latency of the requests, in microseconds.
+	MeanLatencyUs int64   `json:"meanLatencyUs"`
+	Model         *string `json:"model,omitempty"`
+
+	// PromptTokens Input tokens, cached and cache-write ones included.
+	PromptTokens    int64   `json:"promptTokens"`
+	Provider        *string `json:"provider,omitempty"`
+	ReasoningTokens int64   `json:"reasoningTokens"`
+	Requests        int64   `json:"requests"`
+
+	// Resolution How a request ended (docs/meter.md#resolutions).
+	Resolution *Resolution `json:"resolution,omitempty"`
+	Route      *string     `json:"route,omitempty"`
+
+	// Start The start of the bucket.
+	Start time.Time `json:"start"`
+
+	// StatusClass The class of the HTTP status the client got; none when the client left before one was sent.
+	StatusClass *UsageRowStatusClass `json:"statusClass,omitempty"`
+
+	// TotalTokens promptTokens + completionTokens.
+	TotalTokens int64 `json:"totalTokens"`
+}
+
+// UsageRowStatusClass The class of the HTTP status the client got; none when the client left before one was sent.
+type UsageRowStatusClass string
+
+// UsageTotals defines model for UsageTotals.
+type UsageTotals struct {
+	CacheWriteTokens int64 `json:"cacheWriteTokens"`
+	CachedTokens     int64 `json:"cachedTokens"`
+
+	// CompletionTokens Output tokens, reasoning ones included.
+	CompletionTokens int64 `json:"completionTokens"`
+
+	// CostMicroUsd Cost in millionths of a US dollar.
+	CostMicroUsd int64 `json:"costMicroUsd"`
+
+	// MeanLatencyUs Mean latency of the requests, in microseconds.
+	MeanLatencyUs int64 `json:"meanLatencyUs"`
+
+	// PromptTokens Input tokens, cached and cache-write ones included.
+	PromptTokens    int64 `json:"promptTokens"`
+	ReasoningTokens int64 `json:"reasoningTokens"`
+	Requests        int64 `json:"requests"`
+
+	// TotalTokens promptTokens + completionTokens.
+	TotalTokens int64 `json:"totalTokens"`
+}
+
 // ApplicationId defines model for ApplicationId.
 type ApplicationId = string
 
@@ -587,6 +917,30 @@ type IfMatch = string
 
 // ProviderId defines model for ProviderId.
 type ProviderId = string
+
+// UsageApplication defines model for UsageApplication.
+type UsageApplication = string
+
+// UsageFrom defines model for UsageFrom.
+type UsageFrom = time.Time
+
+// UsageKey defines model for UsageKey.
+type UsageKey = string
+
+// UsageModel defines model for UsageModel.
+type UsageModel = string
+
+// UsageProvider defines model for UsageProvider.
+type UsageProvider = string
+
+// UsageResolution How a request ended (docs/meter.md#resolutions).
+type UsageResolution = Resolution
+
+// UsageRoute defines model for UsageRoute.
+type UsageRoute = string
+
+// UsageTo defines model for UsageTo.
+type UsageTo = time.Time
 
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
@@ -623,6 +977,77 @@ type UpdateGuardrailParams struct {
 type PutRateLimitsParams struct {
 	// IfMatch The ETag of the version being replaced, or *.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// GetUsageParams defines parameters for GetUsage.
+type GetUsageParams struct {
+	// From The start of the range (rounded down to the bucket).
+	From *UsageFrom `form:"from,omitempty" json:"from,omitempty"`
+
+	// To The end of the range, excluded (rounded up to the bucket); default now.
+	To     *UsageTo              `form:"to,omitempty" json:"to,omitempty"`
+	Bucket *GetUsageParamsBucket `form:"bucket,omitempty" json:"bucket,omitempty"`
+
+	// GroupBy The dimensions to group by, comma-separated; none gives one row per bucket.
+	GroupBy *[]UsageDimension `form:"groupBy,omitempty" json:"groupBy,omitempty"`
+
+	// Application Only this application's usage.
+	Application *UsageApplication `form:"application,omitempty" json:"application,omitempty"`
+
+	// Provider Only this provider's usage (its name).
+	Provider *UsageProvider `form:"provider,omitempty" json:"provider,omitempty"`
+
+	// Route Only this route's usage.
+	Route *UsageRoute `form:"route,omitempty" json:"route,omitempty"`
+
+	// Model Only the usage of requests for this model (the requested model).
+	Model *UsageModel `form:"model,omitempty" json:"model,omitempty"`
+
+	// Key Only this API key's usage (its id).
+	Key *UsageKey `form:"key,omitempty" json:"key,omitempty"`
+
+	// Resolution Only the requests that ended so.
+	Resolution *UsageResolution `form:"resolution,omitempty" json:"resolution,omitempty"`
+
+	// Format csv answers CSV, as Accept text/csv does.
+	Format *Format `form:"format,omitempty" json:"format,omitempty"`
+}
+
+// GetUsageParamsBucket defines parameters for GetUsage.
+type GetUsageParamsBucket string
+
+// ListUsageRecordsParams defines parameters for ListUsageRecords.
+type ListUsageRecordsParams struct {
+	// Application Only this application's usage.
+	Application *UsageApplication `form:"application,omitempty" json:"application,omitempty"`
+
+	// Provider Only this provider's usage (its name).
+	Provider *UsageProvider `form:"provider,omitempty" json:"provider,omitempty"`
+
+	// Route Only this route's usage.
+	Route *UsageRoute `form:"route,omitempty" json:"route,omitempty"`
+
+	// Model Only the usage of requests for this model (the requested model).
+	Model *UsageModel `form:"model,omitempty" json:"model,omitempty"`
+
+	// Key Only this API key's usage (its id).
+	Key *UsageKey `form:"key,omitempty" json:"key,omitempty"`
+
+	// Resolution Only the requests that ended so.
+	Resolution *UsageResolution `form:"resolution,omitempty" json:"resolution,omitempty"`
+
+	// From Records received by the gateway at or after this instant.
+	From *time.Time `form:"from,omitempty" json:"from,omitempty"`
+
+	// To Records received by the gateway before this instant.
+	To    *time.Time `form:"to,omitempty" json:"to,omitempty"`
+	Limit *int       `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Format csv answers CSV, as Accept text/csv does.
+	Format *Format `form:"format,omitempty" json:"format,omitempty"`
 }
 
 // CreateApplicationJSONRequestBody defines body for CreateApplication for application/json ContentType.
@@ -694,6 +1119,9 @@ type ServerInterface interface {
 	// (POST /gateway/status)
 	ReportStatus(ctx echo.Context) error
 
+	// (POST /gateway/usage)
+	IngestUsage(ctx echo.Context) error
+
 	// (GET /gateways)
 	ListGateways(ctx echo.Context) error
 
@@ -753,6 +1181,12 @@ type ServerInterface interface {
 
 	// (PUT /providers/{providerId}/rate-limits)
 	PutRateLimits(ctx echo.Context, providerId ProviderId, params PutRateLimitsParams) error
+
+	// (GET /usage)
+	GetUsage(ctx echo.Context, params GetUsageParams) error
+
+	// (GET /usage/records)
+	ListUsageRecords(ctx echo.Context, params ListUsageRecordsParams) error
 }
 
 // ServerInterfaceWrapper converts echo contexts to parameters.
@@ -938,6 +1372,15 @@ func (w *ServerInterfaceWrapper) ReportStatus(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ReportStatus(ctx)
+	return err
+}
+
+// IngestUsage converts echo context to params.
+func (w *ServerInterfaceWrapper) IngestUsage(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.IngestUsage(ctx)
 	return err
 }
 
@@ -1323,6 +1766,182 @@ func (w *ServerInterfaceWrapper) PutRateLimits(ctx echo.Context) error {
 	return err
 }
 
+// GetUsage converts echo context to params.
+func (w *ServerInterfaceWrapper) GetUsage(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetUsageParams
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", ctx.QueryParams(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter from: %s", err))
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", ctx.QueryParams(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter to: %s", err))
+	}
+
+	// ------------- Optional query parameter "bucket" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "bucket", ctx.QueryParams(), &params.Bucket, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter bucket: %s", err))
+	}
+
+	// ------------- Optional query parameter "groupBy" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", false, false, "groupBy", ctx.QueryParams(), &params.GroupBy, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter groupBy: %s", err))
+	}
+
+	// ------------- Optional query parameter "application" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "application", ctx.QueryParams(), &params.Application, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter application: %s", err))
+	}
+
+	// ------------- Optional query parameter "provider" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "provider", ctx.QueryParams(), &params.Provider, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter provider: %s", err))
+	}
+
+	// ------------- Optional query parameter "route" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "route", ctx.QueryParams(), &params.Route, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter route: %s", err))
+	}
+
+	// ------------- Optional query parameter "model" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "model", ctx.QueryParams(), &params.Model, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter model: %s", err))
+	}
+
+	// ------------- Optional query parameter "key" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "key", ctx.QueryParams(), &params.Key, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter key: %s", err))
+	}
+
+	// ------------- Optional query parameter "resolution" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "resolution", ctx.QueryParams(), &params.Resolution, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter resolution: %s", err))
+	}
+
+	// ------------- Optional query parameter "format" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "format", ctx.QueryParams(), &params.Format, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter format: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetUsage(ctx, params)
+	return err
+}
+
+// ListUsageRecords converts echo context to params.
+func (w *ServerInterfaceWrapper) ListUsageRecords(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListUsageRecordsParams
+	// ------------- Optional query parameter "application" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "application", ctx.QueryParams(), &params.Application, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter application: %s", err))
+	}
+
+	// ------------- Optional query parameter "provider" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "provider", ctx.QueryParams(), &params.Provider, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter provider: %s", err))
+	}
+
+	// ------------- Optional query parameter "route" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "route", ctx.QueryParams(), &params.Route, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter route: %s", err))
+	}
+
+	// ------------- Optional query parameter "model" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "model", ctx.QueryParams(), &params.Model, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter model: %s", err))
+	}
+
+	// ------------- Optional query parameter "key" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "key", ctx.QueryParams(), &params.Key, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter key: %s", err))
+	}
+
+	// ------------- Optional query parameter "resolution" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "resolution", ctx.QueryParams(), &params.Resolution, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter resolution: %s", err))
+	}
+
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", ctx.QueryParams(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter from: %s", err))
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", ctx.QueryParams(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter to: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "format" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "format", ctx.QueryParams(), &params.Format, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter format: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListUsageRecords(ctx, params)
+	return err
+}
+
 // This is a simple interface which specifies echo.Route addition functions which
 // are present on both echo.Echo and echo.Group, since we want to allow using
 // either of them for path registration
@@ -1399,7 +2018,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/gateways/:gatewayId", wrapper.RevokeGateway, options.OperationMiddlewares["revokeGateway"]...)
 	router.GET(options.BaseURL+"/gateways/:gatewayId", wrapper.GetGateway, options.OperationMiddlewares["getGateway"]...)
 	router.GET(options.BaseURL+"/audit", wrapper.ListAudit, options.OperationMiddlewares["listAudit"]...)
+	router.GET(options.BaseURL+"/usage", wrapper.GetUsage, options.OperationMiddlewares["getUsage"]...)
+	router.GET(options.BaseURL+"/usage/records", wrapper.ListUsageRecords, options.OperationMiddlewares["listUsageRecords"]...)
 	router.GET(options.BaseURL+"/gateway/deployment", wrapper.PollDeployment, options.OperationMiddlewares["pollDeployment"]...)
 	router.POST(options.BaseURL+"/gateway/status", wrapper.ReportStatus, options.OperationMiddlewares["reportStatus"]...)
+	router.POST(options.BaseURL+"/gateway/usage", wrapper.IngestUsage, options.OperationMiddlewares["ingestUsage"]...)
 
 }

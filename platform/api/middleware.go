@@ -17,10 +17,20 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"sluice/platform/store"
+	"sluice/platform/usage"
 )
 
-// maxBodyBytes bounds a request body.
+// maxBodyBytes bounds a request body, except those of maxBody's
+// operations.
 const maxBodyBytes = 1 << 20
+
+// maxBody is the body limit of the operation named operationID.
+func maxBody(operationID string) int64 {
+	if operationID == "ingestUsage" {
+		return usage.MaxBatchBytes
+	}
+	return maxBodyBytes
+}
 
 // Context keys set by guard.
 const (
@@ -33,6 +43,8 @@ type operation struct {
 	route *routers.Route
 	// auth is "admin", "gateway" or "" (none).
 	auth string
+	// maxBody bounds the request body, in bytes.
+	maxBody int64
 }
 
 // indexOperations maps "METHOD echo-path" to the document's operations.
@@ -57,8 +69,9 @@ func indexOperations(spec *openapi3.T, base string) map[string]*operation {
 			}
 			echoPath := base + strings.NewReplacer("{", ":", "}", "").Replace(path)
 			out[method+" "+echoPath] = &operation{
-				route: &routers.Route{Spec: spec, Path: path, PathItem: item, Method: method, Operation: op},
-				auth:  auth,
+				route:   &routers.Route{Spec: spec, Path: path, PathItem: item, Method: method, Operation: op},
+				auth:    auth,
+				maxBody: maxBody(op.OperationID),
 			}
 		}
 	}
@@ -67,7 +80,7 @@ func indexOperations(spec *openapi3.T, base string) map[string]*operation {
 
 // guard authenticates and validates every request before its handler: the
 // token the operation's security names (401 without it), a body of at most
-// maxBodyBytes, then the request against the OpenAPI document (422 with the
+// the operation's maxBody, then the request against the OpenAPI document (422 with the
 // JSON path of each problem; 400 for a body that is not JSON). Paths the
 // document does not list still need an admin token before they get their 404.
 func (s *Server) guard(next echo.HandlerFunc) echo.HandlerFunc {
@@ -96,9 +109,9 @@ func (s *Server) guard(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		if req.Body != nil && req.Body != http.NoBody {
-			body, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, maxBodyBytes))
+			body, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, op.maxBody))
 			if err != nil {
-				return newError(http.StatusRequestEntityTooLarge, "request_too_large", "the body exceeds %d bytes", maxBodyBytes)
+				return newError(http.StatusRequestEntityTooLarge, "request_too_large", "the body exceeds %d bytes", op.maxBody)
 			}
 			req.Body = io.NopCloser(bytes.NewReader(body))
 			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }

@@ -198,7 +198,7 @@ func (s *Server) GetProviderDeployment(c echo.Context, id ProviderId) error {
 		if version, err = tx.Version(ctx); err != nil {
 			return err
 		}
-		settings, err = delivery.LoadSettings(ctx, tx, delivery.Secrets{Redact: true}, s.now())
+		settings, err = delivery.LoadSettings(ctx, tx, delivery.Secrets{Box: s.box, Redact: true}, s.now())
 		return err
 	})
 	if err != nil {
@@ -211,8 +211,9 @@ func (s *Server) GetProviderDeployment(c echo.Context, id ProviderId) error {
 		}
 	}
 	// The provider's part: itself and its route (api-key-auth lists the
-	// applications granted it; their keys are under /applications).
-	part := generate.Settings{Providers: []generate.Provider{prov}}
+	// applications granted it; their keys are under /applications), and the
+	// counters section every gateway counts its limits in (redacted).
+	part := generate.Settings{Providers: []generate.Provider{prov}, Counters: settings.Counters}
 	for _, a := range settings.Applications {
 		for _, pid := range a.Providers {
 			if pid == id {

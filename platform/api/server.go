@@ -3,10 +3,10 @@
 // it (go generate; a test fails when they are stale), every request is
 // validated against it before its handler runs, and it is served at
 // /api/v1/openapi.json. Handlers here implement the generated
-// ServerInterface over the store, the generator and the delivery hub. It
-// imports the platform's store, secrets, generate and delivery packages, the
-// deployment document and the policy catalog (its chain check); never the
-// gateway.
+// ServerInterface over the store, the generator, the delivery hub and the
+// usage service. It imports the platform's store, secrets, generate,
+// delivery and usage packages, the deployment document and the policy
+// catalog (its chain check); never the gateway.
 package api
 
 //go:generate go tool oapi-codegen -config oapi-codegen.yaml openapi.yaml
@@ -33,6 +33,7 @@ import (
 	"sluice/platform/delivery"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
+	"sluice/platform/usage"
 	"sluice/policies"
 )
 
@@ -64,7 +65,9 @@ type Options struct {
 	Hub *delivery.Hub
 	// Registry checks guardrails and generated chains (required).
 	Registry *policies.Registry
-	Logger   *slog.Logger
+	// Usage ingests the gateways' usage records (required).
+	Usage  *usage.Service
+	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -75,6 +78,7 @@ type Server struct {
 	box      *secrets.Box
 	hub      *delivery.Hub
 	reg      *policies.Registry
+	usage    *usage.Service
 	log      *slog.Logger
 	now      func() time.Time
 	ops      map[string]*operation
@@ -86,8 +90,8 @@ var _ ServerInterface = (*Server)(nil)
 
 // New builds a Server.
 func New(o Options) (*Server, error) {
-	if o.Store == nil || o.Box == nil || o.Hub == nil || o.Registry == nil {
-		return nil, errors.New("api: Store, Box, Hub and Registry are required")
+	if o.Store == nil || o.Box == nil || o.Hub == nil || o.Registry == nil || o.Usage == nil {
+		return nil, errors.New("api: Store, Box, Hub, Registry and Usage are required")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -103,7 +107,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{store: o.Store, box: o.Box, hub: o.Hub, reg: o.Registry, log: o.Logger, now: o.Now,
+	return &Server{store: o.Store, box: o.Box, hub: o.Hub, reg: o.Registry, usage: o.Usage, log: o.Logger, now: o.Now,
 		ops: indexOperations(spec, BasePath), specJSON: specJSON, checker: policies.NewChecker(o.Registry)}, nil
 }
 

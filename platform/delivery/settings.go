@@ -21,9 +21,12 @@ import (
 // Redacted stands for an upstream key in every document shown to people.
 const Redacted = "[redacted]"
 
-// Secrets says how upstream keys go into the document.
+// Secrets says how upstream keys and the counters setting go into the
+// document.
 type Secrets struct {
-	// Box opens sealed keys; nil, or Redact, writes Redacted instead.
+	// Box opens sealed keys; nil, or Redact, writes Redacted instead. The
+	// counters setting is always opened with Box (LoadSettings fails without
+	// it when one is set) and, with Redact, masked (RedactCounters).
 	Box    *secrets.Box
 	Redact bool
 }
@@ -32,6 +35,16 @@ type Secrets struct {
 // now (expired and revoked keys are left out).
 func LoadSettings(ctx context.Context, tx store.Tx, sec Secrets, now time.Time) (generate.Settings, error) {
 	var s generate.Settings
+	sealed, err := tx.Counters(ctx)
+	if err != nil {
+		return s, err
+	}
+	if s.Counters, err = OpenCounters(sec.Box, sealed); err != nil {
+		return s, err
+	}
+	if sec.Redact {
+		s.Counters = RedactCounters(s.Counters)
+	}
 	providers, err := tx.ListProviders(ctx)
 	if err != nil {
 		return s, err

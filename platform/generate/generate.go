@@ -24,6 +24,10 @@
 //     guardrail takes its place; it must then come after every cost-limit
 //     guardrail (the chain check says so).
 //
+// The document's counters section is Settings.Counters, the platform-wide
+// counter store setting: with a Redis store every generated limit is one
+// counter across all the gateways.
+//
 // Backend and consumer entries of one policy never merge: their scopes
 // differ (route, route:app), and so do their counter keys. Counter keys
 // hold no limit value, so editing a limit keeps the usage counted.
@@ -42,6 +46,10 @@ import (
 type Settings struct {
 	Providers    []Provider
 	Applications []Application
+	// Counters is the document's counters section, copied as is: the
+	// platform-wide counter store setting (the zero value: each gateway
+	// counts in memory; a Redis store makes every limit cluster-wide).
+	Counters deployment.Counters
 }
 
 // Provider is an upstream with its route's settings.
@@ -121,7 +129,7 @@ const (
 // Limit settings (RateLimits.Validate) and on names that cannot be routes;
 // the chains themselves are checked by policies.Check.
 func Generate(s Settings) (*Result, error) {
-	d := &deployment.Deployment{APIVersion: deployment.APIVersion}
+	d := &deployment.Deployment{APIVersion: deployment.APIVersion, Counters: s.Counters}
 	res := &Result{Deployment: d, Origins: map[string][]Origin{}}
 	granted := map[string][]string{}
 	for _, a := range s.Applications {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/deployment"
 	"sluice/deployment/yamlfile"
@@ -315,5 +317,38 @@ func TestDeterministic(t *testing.T) {
 		if b, _ := render(t, settings(rl)); a != b {
 			t.Fatal("two renders of the same settings differ")
 		}
+	}
+}
+
+// The counters setting becomes the document's counters section as given
+// (golden), survives the rendering gateways load, and its zero value leaves
+// the section out (every golden file of TestGolden has none).
+func TestCountersSection(t *testing.T) {
+	s := settings(generate.RateLimits{Backend: scopeOf("token", "global", 1)})
+	s.Counters = deployment.Counters{Backend: "redis", Redis: deployment.Redis{
+		URL: "redis://sluice:s3cret@redis.internal:6379/0", KeyPrefix: "prod:", FailureMode: "closed",
+		DialTimeout: deployment.Duration(time.Second), ReadTimeout: deployment.Duration(250 * time.Millisecond),
+		WriteTimeout: deployment.Duration(250 * time.Millisecond),
+	}}
+	got, res := render(t, s)
+	golden(t, "counters-redis", got)
+	text, err := yamlfile.Loadable(res.Deployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := yamlfile.ParseRendered(text, "rendered")
+	if err != nil {
+		t.Fatalf("the rendered document does not load: %v", err)
+	}
+	// Loading fills the section's defaults (e.g. leases) as it does for a file.
+	want := &deployment.Deployment{Counters: s.Counters}
+	deployment.ApplyDefaults(want)
+	if !reflect.DeepEqual(d.Counters, want.Counters) {
+		t.Fatalf("counters read back\n%+v\nwant\n%+v", d.Counters, want.Counters)
+	}
+
+	plain, res := render(t, settings(generate.RateLimits{Backend: scopeOf("token", "global", 1)}))
+	if strings.Contains(plain, "counters") || !reflect.DeepEqual(res.Deployment.Counters, deployment.Counters{}) {
+		t.Fatalf("zero counters setting rendered a section:\n%s", plain)
 	}
 }

@@ -108,6 +108,30 @@ func (t *sqlTx) BumpVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
+func (t *sqlTx) Counters(ctx context.Context) ([]byte, error) {
+	var b []byte
+	err := t.tx.QueryRowContext(ctx, `SELECT counters_sealed FROM deployment_state WHERE id = 1`).Scan(&b)
+	if err != nil {
+		return nil, scanErr(err)
+	}
+	if len(b) == 0 {
+		return nil, nil
+	}
+	return b, nil
+}
+
+func (t *sqlTx) SetCounters(ctx context.Context, sealed []byte) error {
+	var v any
+	if len(sealed) > 0 {
+		v = sealed
+	}
+	_, err := t.tx.ExecContext(ctx, `UPDATE deployment_state SET counters_sealed = $1 WHERE id = 1`, v)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
 // --- admin tokens
 
 func (t *sqlTx) AdminTokenByHash(ctx context.Context, hash string) (AdminToken, error) {

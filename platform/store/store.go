@@ -1,9 +1,10 @@
 // Package store is the platform's persistent state: providers (with sealed
 // upstream keys), applications and their provider grants, API keys (hashes
 // only), per-provider Rate Limit settings and guardrails, gateways, admin
-// tokens, the deployment version and the audit log. It may import only the
-// standard library, the SQL drivers and the migration library; it knows
-// nothing of HTTP, the deployment document or the gateway.
+// tokens, the deployment version, the audit log, and the usage meter's raw
+// records and rollups. It may import only the standard library, the SQL
+// drivers, the migration library and the usage record (package meter, a
+// leaf); it knows nothing of HTTP, the deployment document or the gateway.
 //
 // One implementation over database/sql runs on SQLite (modernc.org/sqlite,
 // embedded, the default) and PostgreSQL (pgx). Migrations are versioned
@@ -14,7 +15,8 @@
 //
 // The query layer is hand-written rather than generated (sqlc): the SQL is
 // the same text on both engines (PostgreSQL's $1 placeholders are accepted by
-// SQLite), every query lives in queries.go, and the schema is small. sqlc
+// SQLite), every query lives in queries.go (the usage meter's in usage.go),
+// and the schema is small. sqlc
 // would need cgo (pg_query) at generation time and would generate one Go
 // package per engine for the same queries, doubling the code to keep in
 // step. The store test suite runs every operation against both engines.
@@ -51,6 +53,17 @@ type Store interface {
 	Write(ctx context.Context, fn func(Tx) error) error
 	// Dialect names the engine: "sqlite" or "postgres".
 	Dialect() string
+
+	// EnsureUsagePartitions makes sure raw usage records dated in the UTC
+	// days from from to to (inclusive) can be inserted: on PostgreSQL it
+	// creates the missing daily partitions (safe to call from several
+	// replicas at once); on SQLite it does nothing.
+	EnsureUsagePartitions(ctx context.Context, from, to time.Time) error
+	// DeleteUsageBefore removes raw usage records dated before cutoff, in
+	// transactions of its own: PostgreSQL drops every daily partition whose
+	// whole day is before cutoff (a day's records go together, once the last
+	// of them is older); SQLite deletes them in batches. Rollups are kept.
+	DeleteUsageBefore(ctx context.Context, cutoff time.Time) (UsageDeletion, error)
 	Close() error
 }
 
@@ -61,6 +74,12 @@ type Tx interface {
 	// change of what gateways serve (BumpVersion, in the same transaction).
 	Version(ctx context.Context) (int64, error)
 	BumpVersion(ctx context.Context) (int64, error)
+	// Counters is the sealed counters setting of the generated deployments
+	// (nil: none was ever set, or it was cleared); SetCounters replaces it.
+	// The store does not interpret the value: a change of what gateways
+	// serve, it goes with BumpVersion in the same transaction.
+	Counters(ctx context.Context) ([]byte, error)
+	SetCounters(ctx context.Context, sealed []byte) error
 
 	// Admin tokens.
 	AdminTokenByHash(ctx context.Context, hash string) (AdminToken, error)
@@ -128,6 +147,25 @@ type Tx interface {
 	// last_result and last_error; applied_version and applied_at when the
 	// result is "applied".
 	ReportGateway(ctx context.Context, id string, r Report) error
+
+	// Usage records and rollups (usage.go).
+	//
+	// InsertUsageRecords inserts each record whose (Time, ID) is not stored
+	// yet and reports which it inserted (inserted[i] for recs[i]); a record
+	// stored before, or earlier in recs, is skipped. Rows are inserted in the
+	// order of recs: callers sort them by (Time, ID) so that concurrent
+	// inserts of overlapping batches wait for each other in one order and
+	// never deadlock.
+	InsertUsageRecords(ctx context.Context, recs []UsageRecord) (inserted []bool, err error)
+	// AddUsageRollups adds each row's totals to the stored row of the same
+	// bucket and dimensions (creating it). Callers sort rows by bucket and
+	// dimensions, for the same reason.
+	AddUsageRollups(ctx context.Context, g Granularity, rows []UsageRollup) error
+	// QueryUsage sums the rollups of q, ordered by bucket then the grouped
+	// dimensions.
+	QueryUsage(ctx context.Context, q UsageQuery) ([]UsageRollup, error)
+	// ListUsageRecords returns at most q.Limit raw records, newest first.
+	ListUsageRecords(ctx context.Context, q RecordQuery) ([]UsageRecord, error)
 
 	// Audit log, newest first.
 	InsertAudit(ctx context.Context, e AuditEntry) (int64, error)

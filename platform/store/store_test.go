@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -8,34 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"sluice/internal/pgtest"
 	"sluice/platform/store"
+	"sluice/platform/store/storetest"
 )
 
-// engines runs fn once per engine with a fresh, migrated store. PostgreSQL
-// is a private cluster (or PG_URL's server), one database per subtest.
+// engines runs fn once per engine with a fresh, migrated store.
 func engines(t *testing.T, fn func(t *testing.T, s store.Store)) {
 	t.Helper()
-	pg := pgtest.Start(t)
-	for _, e := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "data", store.SQLiteFile) }},
-		{"postgres", func(t *testing.T) string { return pg.NewDatabase(t) }},
-	} {
-		t.Run(e.name, func(t *testing.T) {
-			s, err := store.Open(context.Background(), e.dsn(t), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if s.Dialect() != e.name {
-				t.Fatalf("dialect %q, want %q", s.Dialect(), e.name)
-			}
-			fn(t, s)
-		})
-	}
+	storetest.Engines(t, fn)
 }
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
@@ -439,6 +420,41 @@ func TestConcurrentRevisionOneWinner(t *testing.T) {
 		v := read(t, s, func(ctx context.Context, tx store.Tx) (int64, error) { return tx.Version(ctx) })
 		if won != 1 || stale != n-1 || v != 2 {
 			t.Fatalf("%d won, %d stale, version %d; want 1, %d, 2 (the losers' version bumps rolled back)", won, stale, v, n-1)
+		}
+	})
+}
+
+// The counters setting is opaque bytes: absent at first, replaced, cleared;
+// a rolled-back write leaves it as it was.
+func TestCountersSetting(t *testing.T) {
+	engines(t, func(t *testing.T, s store.Store) {
+		ctx := context.Background()
+		get := func() []byte {
+			return read(t, s, func(ctx context.Context, tx store.Tx) ([]byte, error) { return tx.Counters(ctx) })
+		}
+		if b := get(); b != nil {
+			t.Fatalf("fresh store: %x, want nil", b)
+		}
+		sealed := []byte{0, 1, 2, 255}
+		write(t, s, func(ctx context.Context, tx store.Tx) error { return tx.SetCounters(ctx, sealed) })
+		if b := get(); !bytes.Equal(b, sealed) {
+			t.Fatalf("read back %x, want %x", b, sealed)
+		}
+		boom := errors.New("boom")
+		if err := s.Write(ctx, func(tx store.Tx) error {
+			if err := tx.SetCounters(ctx, []byte{9}); err != nil {
+				return err
+			}
+			return boom
+		}); !errors.Is(err, boom) {
+			t.Fatal(err)
+		}
+		if b := get(); !bytes.Equal(b, sealed) {
+			t.Fatalf("after a rollback %x, want %x", b, sealed)
+		}
+		write(t, s, func(ctx context.Context, tx store.Tx) error { return tx.SetCounters(ctx, nil) })
+		if b := get(); b != nil {
+			t.Fatalf("cleared: %x, want nil", b)
 		}
 	})
 }

@@ -9,7 +9,6 @@ package advancedratelimit
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -117,57 +116,112 @@ func sameExtraction(a, b []KeyComponent) bool {
 	return true
 }
 
-// Validate checks what the schema cannot.
-func (p *Params) Validate() error {
-	var errs policies.ParamErrors
+// Capacity is the entry's limit per duration (ratelimit.LimitEntry).
+func (l QuotaLimit) Capacity() (int64, time.Duration, *policies.ParamError) {
+	return l.Limit, l.Duration.D(), nil
+}
+
+// plan is what the params compile to, for Validate and build alike: the
+// engine's limits and meters (meter i is quota i), the params errors, and
+// what each quota runs with.
+type plan struct {
+	set    *ratelimit.LimitSet
+	meters []ratelimit.Meter
+	quotas []quotaRT
+	// shared: every quota has the same key extraction.
+	shared bool
+	// costQuota: a quota settles with x-llm-cost.
+	costQuota bool
+}
+
+// compile computes the plan in one pass over the params.
+func (p *Params) compile() *plan {
+	pl := &plan{set: &ratelimit.LimitSet{Algorithm: p.Algorithm}, shared: true}
 	names := map[string]bool{}
-	for qi, q := range p.Quotas {
+	for qi := range p.Quotas {
+		q := &p.Quotas[qi]
 		if names[q.Name] {
-			errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "name"), Message: fmt.Sprintf("quota %q is listed twice", q.Name)})
+			pl.set.Errorf(ratelimit.ParamPath("quotas", qi, "name"), "quota %q is listed twice", q.Name)
 		}
 		names[q.Name] = true
-		ds := make([]time.Duration, len(q.Limits))
-		for i, l := range q.Limits {
-			ds[i] = l.Duration.D()
-			if _, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Limit); err != nil {
-				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "limits", i, "duration"), Message: err.Error()})
-			}
+		ratelimit.AddLimits(pl.set, ratelimit.ParamPath("quotas", qi, "limits"), qi, "", q.Limits)
+		rt, m := compileQuota(pl.set, qi, q)
+		if qi > 0 && !sameExtraction(rt.keys, pl.quotas[0].keys) {
+			pl.shared = false
 		}
-		if pe := ratelimit.ValidateDurations("limits", ds); pe != nil {
-			pe.Path = append(ratelimit.ParamPath("quotas", qi), pe.Path...)
-			errs = append(errs, pe)
-		}
-		for ki, k := range q.KeyExtraction {
-			switch {
-			case (k.Type == "header" || k.Type == "metadata") && k.Key == "":
-				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "keyExtraction", ki, "key"), Message: k.Type + " components need a key"})
-			case k.Type == "constant" && k.Value == "":
-				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "keyExtraction", ki, "value"), Message: "constant components need a value"})
-			}
-		}
-		if ce := q.CostExtraction; ce != nil && ce.Source == "metadata" && ce.Key == "" {
-			errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "costExtraction", "key"), Message: "source metadata needs a key"})
-		}
-		if ce := q.CostExtraction; ce != nil {
-			for _, m := range []struct {
-				name string
-				v    float64
-			}{{"promptMultiplier", ce.PromptMultiplier}, {"completionMultiplier", ce.CompletionMultiplier},
-				{"totalMultiplier", ce.TotalMultiplier}, {"multiplier", ce.Multiplier}} {
-				if math.IsInf(m.v, 0) || math.IsNaN(m.v) {
-					errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("quotas", qi, "costExtraction", m.name), Message: "must be a finite number"})
-				}
-			}
-		}
+		pl.costQuota = pl.costQuota || rt.src == srcCost
+		pl.quotas = append(pl.quotas, rt)
+		pl.meters = append(pl.meters, m)
 	}
 	if r := p.OnRateLimitExceeded; r != nil && r.Body != "" && !json.Valid([]byte(r.Body)) {
-		errs = append(errs, &policies.ParamError{Path: []string{"onRateLimitExceeded", "body"}, Message: "body must be valid JSON"})
+		pl.set.Errorf([]string{"onRateLimitExceeded", "body"}, "body must be valid JSON")
 	}
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
+	return pl
 }
+
+// compileQuota checks the key and cost extraction of q, quotas[qi], into s
+// and returns what q runs with and its meter.
+func compileQuota(s *ratelimit.LimitSet, qi int, q *Quota) (quotaRT, ratelimit.Meter) {
+	at := func(parts ...any) []string { return ratelimit.ParamPath(append([]any{"quotas", qi}, parts...)...) }
+	for ki, k := range q.KeyExtraction {
+		switch {
+		case (k.Type == "header" || k.Type == "metadata") && k.Key == "":
+			s.Errorf(at("keyExtraction", ki, "key"), "%s components need a key", k.Type)
+		case k.Type == "constant" && k.Value == "":
+			s.Errorf(at("keyExtraction", ki, "value"), "constant components need a value")
+		}
+	}
+	rt := quotaRT{keys: q.KeyExtraction, mult: 1}
+	if len(rt.keys) == 0 {
+		rt.keys = []KeyComponent{{Type: "routename"}}
+	}
+	m := ratelimit.Meter{Name: q.Name, Unit: policies.UnitRequests}
+	ce := q.CostExtraction
+	if ce == nil {
+		return rt, m
+	}
+	if ce.Source == "metadata" && ce.Key == "" {
+		s.Errorf(at("costExtraction", "key"), "source metadata needs a key")
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"promptMultiplier", ce.PromptMultiplier}, {"completionMultiplier", ce.CompletionMultiplier},
+		{"totalMultiplier", ce.TotalMultiplier}, {"multiplier", ce.Multiplier}} {
+		if math.IsInf(f.v, 0) || math.IsNaN(f.v) {
+			s.Errorf(at("costExtraction", f.name), "must be a finite number")
+		}
+	}
+	switch ce.Source {
+	case "response":
+		rt.src, rt.needUsage = srcResponse, true
+		rt.pm, rt.cm, rt.tm = ce.PromptMultiplier, ce.CompletionMultiplier, ce.TotalMultiplier
+		if rt.pm == 0 && rt.cm == 0 && rt.tm == 0 {
+			rt.tm = 1
+		}
+		m.Unit = policies.UnitTokens
+	case "metadata":
+		rt.src, rt.needsMetadata, rt.metaKey = srcMetadata, true, ce.Key
+		if ce.Key == sharedctx.KeyLLMCost {
+			rt.src = srcCost
+		}
+		if ce.Multiplier > 0 {
+			rt.mult = ce.Multiplier
+		}
+		if ce.Key == sharedctx.KeyLLMCost && rt.mult == 1e6 {
+			m.Unit = policies.UnitUSDMicros
+		}
+	default:
+		rt.reqTokens = ce.RequestTokens
+		if rt.reqTokens {
+			m.Unit = policies.UnitTokens
+		}
+	}
+	return rt, m
+}
+
+// Validate checks what the schema cannot.
+func (p *Params) Validate() error { return p.compile().set.Err() }
 
 // Definition is the advanced-ratelimit catalog entry.
 func Definition() policies.Definition {
@@ -234,56 +288,13 @@ func (a *Policy) LinkChain(entries []policies.Entry, self int) error {
 }
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	a := &Policy{svc: svc, route: route, shared: true, exceeded: p.OnRateLimitExceeded}
-	var meters []ratelimit.Meter
-	var limits []ratelimit.Limit
-	for qi, q := range p.Quotas {
-		meters = append(meters, ratelimit.Meter{Name: q.Name, Unit: policies.UnitRequests})
-		rt := quotaRT{keys: q.KeyExtraction, mult: 1}
-		if len(rt.keys) == 0 {
-			rt.keys = []KeyComponent{{Type: "routename"}}
-		}
-		if ce := q.CostExtraction; ce != nil {
-			switch ce.Source {
-			case "response":
-				rt.src, rt.needUsage = srcResponse, true
-				rt.pm, rt.cm, rt.tm = ce.PromptMultiplier, ce.CompletionMultiplier, ce.TotalMultiplier
-				if rt.pm == 0 && rt.cm == 0 && rt.tm == 0 {
-					rt.tm = 1
-				}
-				meters[qi].Unit = policies.UnitTokens
-			case "metadata":
-				rt.src, rt.needsMetadata, rt.metaKey = srcMetadata, true, ce.Key
-				if ce.Key == sharedctx.KeyLLMCost {
-					rt.src, a.costQuota = srcCost, true
-				}
-				if ce.Multiplier > 0 {
-					rt.mult = ce.Multiplier
-				}
-				if ce.Key == sharedctx.KeyLLMCost && rt.mult == 1e6 {
-					meters[qi].Unit = policies.UnitUSDMicros
-				}
-			default:
-				rt.reqTokens = ce.RequestTokens
-				if rt.reqTokens {
-					meters[qi].Unit = policies.UnitTokens
-				}
-			}
-		}
-		if qi > 0 && !sameExtraction(rt.keys, a.quotas[0].keys) {
-			a.shared = false
-		}
-		a.quotas = append(a.quotas, rt)
-		for _, l := range q.Limits {
-			lim, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Limit)
-			if err != nil {
-				return nil, err
-			}
-			limits = append(limits, ratelimit.Limit{Meter: qi, Capacity: lim})
-		}
+	pl := p.compile()
+	if err := pl.set.Err(); err != nil {
+		return nil, err
 	}
+	limits, meters := pl.set.Limits, pl.meters
 	opts := ratelimit.Options{Policy: Name, Route: route, Services: svc, Meters: meters, Limits: limits, Scope: ratelimit.ScopeQuota}
-	if !a.shared {
+	if !pl.shared {
 		// Quotas keyed differently cannot share a hash tag built from their own
 		// keys; the route name is the tag and each quota's key follows the period.
 		opts.Key = func(scope string, i int) string {
@@ -296,8 +307,8 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	if err != nil {
 		return nil, err
 	}
-	a.eng = eng
-	return a, nil
+	return &Policy{eng: eng, svc: svc, route: route, quotas: pl.quotas, shared: pl.shared,
+		exceeded: p.OnRateLimitExceeded, costQuota: pl.costQuota}, nil
 }
 
 const scopeSep = " | "

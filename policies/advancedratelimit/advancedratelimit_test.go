@@ -3,6 +3,7 @@ package advancedratelimit_test
 import (
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +282,49 @@ func TestAdvancedCostQuotaExact(t *testing.T) {
 		if got, want := 10_000_000-h.Remaining("{r}:advanced-ratelimit:musd:window-1d", day(10_000_000)), (prompt+999)/1000; got != want {
 			t.Errorf("%d µUSD: the milli-USD quota was charged %d, want %d", prompt, got, want)
 		}
+	}
+}
+
+// refused are params the policy refuses, with its errors in its order
+// (all the policy's own, none the schema's).
+var refused = []ratelimittest.Refused{
+	{Name: "quota twice", Params: map[string]any{"quotas": []any{quota("q", 1, "1m", nil), quota("q", 2, "1h", nil)}},
+		Want: []string{`quotas.1.name: quota "q" is listed twice`}},
+	{Name: "every kind at once", Params: map[string]any{"algorithm": "fixed-window", "quotas": []any{
+		quota("a", 1, "1500ms", map[string]any{"keyExtraction": []any{
+			map[string]any{"type": "header"}, map[string]any{"type": "constant"}, map[string]any{"type": "metadata"}}}),
+		map[string]any{"name": "b", "limits": []any{map[string]any{"limit": 1, "duration": "1m"}, map[string]any{"limit": 2, "duration": "1m"}},
+			"costExtraction": map[string]any{"source": "metadata"}},
+	}, "onRateLimitExceeded": map[string]any{"body": "not json"}},
+		Want: []string{
+			"quotas.0.limits.0.duration: duration 1.5s: a window must be a whole number of seconds",
+			"quotas.0.keyExtraction.0.key: header components need a key",
+			"quotas.0.keyExtraction.1.value: constant components need a value",
+			"quotas.0.keyExtraction.2.key: metadata components need a key",
+			"quotas.1.limits.1.duration: duration 1m0s is listed twice",
+			"quotas.1.costExtraction.key: source metadata needs a key",
+			"onRateLimitExceeded.body: body must be valid JSON",
+		}},
+}
+
+func TestValidation(t *testing.T) {
+	ratelimittest.New(t, advancedratelimit.Definition()).CheckValidation(advancedratelimit.Definition(), route, refused)
+}
+
+// TestBuildChecksParams: build computes the quotas with the same function
+// as Validate, so params that skipped Validate are refused with its errors,
+// multipliers that JSON cannot carry (NaN, infinities) included.
+func TestBuildChecksParams(t *testing.T) {
+	h := ratelimittest.New(t, advancedratelimit.Definition())
+	h.CheckBuild(advancedratelimit.Definition(), route, refused, map[string]any{"quotas": []any{quota("q", 1, "1m", nil)}})
+	p := &advancedratelimit.Params{Quotas: []advancedratelimit.Quota{{Name: "q",
+		Limits:         []advancedratelimit.QuotaLimit{{Limit: 1, Duration: policies.Duration(time.Minute)}},
+		CostExtraction: &advancedratelimit.CostExtraction{Source: "response", PromptMultiplier: math.NaN(), Multiplier: math.Inf(1)}}}}
+	want := []string{"quotas.0.costExtraction.promptMultiplier: must be a finite number", "quotas.0.costExtraction.multiplier: must be a finite number"}
+	if got := h.BuildErrors(advancedratelimit.Definition(), route, p); !slices.Equal(got, want) {
+		t.Errorf("NaN and infinite multipliers: build errors %q, want %q", got, want)
+	}
+	if err := p.Validate(); err == nil || err.Error() != strings.Join(want, "; ") {
+		t.Errorf("NaN and infinite multipliers: Validate %v, want %q", err, want)
 	}
 }

@@ -41,24 +41,21 @@ type RequestLimit struct {
 	Duration policies.Duration `json:"duration" jsonschema:"required"`
 }
 
-// Validate checks what the schema cannot.
-func (p *Params) Validate() error {
-	var errs policies.ParamErrors
-	ds := make([]time.Duration, len(p.Limits))
-	for i, l := range p.Limits {
-		ds[i] = l.Duration.D()
-		if _, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Requests); err != nil {
-			errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("limits", i, "duration"), Message: err.Error()})
-		}
-	}
-	if pe := ratelimit.ValidateDurations("limits", ds); pe != nil {
-		errs = append(errs, pe)
-	}
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
+// Capacity is the entry's requests per duration (ratelimit.LimitEntry).
+func (l RequestLimit) Capacity() (int64, time.Duration, *policies.ParamError) {
+	return l.Requests, l.Duration.D(), nil
 }
+
+// compile computes the engine's limits and the params errors in one pass,
+// for Validate and build alike.
+func (p *Params) compile() *ratelimit.LimitSet {
+	s := &ratelimit.LimitSet{Algorithm: p.Algorithm}
+	ratelimit.AddLimits(s, []string{"limits"}, 0, "", p.Limits)
+	return s
+}
+
+// Validate checks what the schema cannot.
+func (p *Params) Validate() error { return p.compile().Err() }
 
 // Definition is the policy's catalog entry.
 func Definition() policies.Definition {
@@ -79,15 +76,11 @@ var (
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	limits := make([]ratelimit.Limit, len(p.Limits))
-	for i, l := range p.Limits {
-		lim, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Requests)
-		if err != nil {
-			return nil, err
-		}
-		limits[i] = ratelimit.Limit{Meter: 0, Capacity: lim}
+	set := p.compile()
+	if err := set.Err(); err != nil {
+		return nil, err
 	}
-	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: limits,
+	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: set.Limits,
 		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{{Name: "requests", Unit: policies.UnitRequests}}})
 	if err != nil {

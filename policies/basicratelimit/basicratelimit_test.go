@@ -70,3 +70,29 @@ func TestDenialAndHeaders(t *testing.T) {
 		t.Fatalf("denial headers %v", dh)
 	}
 }
+
+func requests(n int, d string) map[string]any { return map[string]any{"requests": n, "duration": d} }
+
+// refused are params the policy refuses, with its errors in its order.
+var refused = []ratelimittest.Refused{
+	{Name: "no limits", Params: map[string]any{"limits": []any{}}, Schema: true, Want: []string{"limits: minItems: got 0, want 1"}},
+	{Name: "duration twice", Params: map[string]any{"limits": []any{requests(1, "1s"), requests(2, "1m"), requests(3, "1s")}},
+		Want: []string{"limits.2.duration: duration 1s is listed twice"}},
+	{Name: "windows of a fraction of a second", Params: map[string]any{"limits": []any{requests(1, "1500ms"), requests(2, "1500ms")}, "algorithm": "calendar"},
+		Want: []string{
+			"limits.0.duration: duration 1.5s: a window must be a whole number of seconds",
+			"limits.1.duration: duration 1.5s: a window must be a whole number of seconds",
+			"limits.1.duration: duration 1.5s is listed twice",
+		}},
+}
+
+func TestValidation(t *testing.T) {
+	ratelimittest.New(t, basicratelimit.Definition()).CheckValidation(basicratelimit.Definition(), route, refused)
+}
+
+// TestBuildChecksParams: build computes the limits with the same function
+// as Validate, so params that skipped Validate are refused with its errors.
+func TestBuildChecksParams(t *testing.T) {
+	ratelimittest.New(t, basicratelimit.Definition()).CheckBuild(basicratelimit.Definition(), route, refused,
+		map[string]any{"limits": []any{requests(1, "1s")}})
+}

@@ -8,6 +8,7 @@ import (
 	"sluice/policies/apikeyauth"
 	"sluice/policies/basicratelimit"
 	"sluice/policies/costratelimit"
+	"sluice/policies/fairadmission"
 	"sluice/policies/llmcost"
 	"sluice/policies/modelaccess"
 	"sluice/policies/tokenratelimit"
@@ -23,6 +24,7 @@ func Definitions() []policies.Definition {
 		basicratelimit.Definition(),
 		costratelimit.Definition(),
 		advancedratelimit.Definition(),
+		fairadmission.Definition(),
 	}
 }
 

@@ -8,7 +8,6 @@
 package costratelimit
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -73,13 +72,7 @@ type Override struct {
 // check ("default", the scope of requests without an application, may be
 // overridden too).
 func (p *Params) ApplicationRefs() []policies.ParamRef {
-	var refs []policies.ParamRef
-	for i, o := range p.Overrides {
-		for j, app := range o.Applications {
-			refs = append(refs, policies.ParamRef{Path: ratelimit.ParamPath("overrides", i, "applications", j), ID: app})
-		}
-	}
-	return refs
+	return ratelimit.OverrideRefs(len(p.Overrides), func(i int) []string { return p.Overrides[i].Applications })
 }
 
 var _ policies.ApplicationReferrer = (*Params)(nil)
@@ -94,51 +87,38 @@ func (p *Params) algorithm() string {
 // micros converts a configured USD amount to micro-USD, clamped to int64.
 func micros(usd float64) int64 { return satmath.Ceil(math.Round(usd * 1e6)) }
 
-func (p *Params) check(prefix []string, ls []BudgetLimit, errs *policies.ParamErrors) {
-	ds := make([]time.Duration, len(ls))
-	for i, l := range ls {
-		ds[i] = l.Duration.D()
-		path := append(append([]string(nil), prefix...), ratelimit.ParamPath("budgetLimits", i)...)
-		if math.IsInf(l.Amount, 0) || math.IsNaN(l.Amount) {
-			*errs = append(*errs, &policies.ParamError{Path: append(path, "amount"), Message: "amount must be a finite number of USD"})
-			continue
-		}
-		if micros(l.Amount) < 1 {
-			*errs = append(*errs, &policies.ParamError{Path: append(path, "amount"), Message: "amount must be at least 0.000001 USD"})
-			continue
-		}
-		if _, err := ratelimit.LimitFor(p.algorithm(), l.Duration.D(), micros(l.Amount)); err != nil {
-			*errs = append(*errs, &policies.ParamError{Path: append(path, "duration"), Message: err.Error()})
-		}
+// Capacity is the budget in micro-USD per duration (ratelimit.LimitEntry):
+// the amount must be a finite number of at least one micro-USD.
+func (l BudgetLimit) Capacity() (int64, time.Duration, *policies.ParamError) {
+	if math.IsInf(l.Amount, 0) || math.IsNaN(l.Amount) {
+		return 0, l.Duration.D(), &policies.ParamError{Path: []string{"amount"}, Message: "amount must be a finite number of USD"}
 	}
-	if pe := ratelimit.ValidateDurations("budgetLimits", ds); pe != nil {
-		pe.Path = append(append([]string(nil), prefix...), pe.Path...)
-		*errs = append(*errs, pe)
+	m := micros(l.Amount)
+	if m < 1 {
+		return 0, l.Duration.D(), &policies.ParamError{Path: []string{"amount"}, Message: "amount must be at least 0.000001 USD"}
 	}
+	return m, l.Duration.D(), nil
+}
+
+// compile computes the engine's limits, the limit group of each override
+// (groups[0] the default budgets, groups[i+1] those of overrides[i], which
+// replace them) and the params errors in one pass, for Validate and build
+// alike.
+func (p *Params) compile() (set *ratelimit.LimitSet, groups [][]int) {
+	set = &ratelimit.LimitSet{Algorithm: p.algorithm()}
+	groups = [][]int{ratelimit.AddLimits(set, []string{"budgetLimits"}, 0, "", p.BudgetLimits)}
+	set.CheckOverrides(p.ConsumerBased, len(p.Overrides))
+	for i, o := range p.Overrides {
+		groups = append(groups, ratelimit.AddLimits(set, ratelimit.ParamPath("overrides", i, "budgetLimits"), 0, "", o.BudgetLimits))
+		set.AddOverride(i, o.Applications)
+	}
+	return set, groups
 }
 
 // Validate checks what the schema cannot.
 func (p *Params) Validate() error {
-	var errs policies.ParamErrors
-	p.check(nil, p.BudgetLimits, &errs)
-	if len(p.Overrides) > 0 && !p.ConsumerBased {
-		errs = append(errs, &policies.ParamError{Path: []string{"overrides"}, Message: "overrides are per application: they need consumerBased: true"})
-	}
-	seen := map[string]bool{}
-	for i, o := range p.Overrides {
-		p.check(ratelimit.ParamPath("overrides", i), o.BudgetLimits, &errs)
-		for j, app := range o.Applications {
-			if app == "" || seen[app] {
-				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("overrides", i, "applications", j),
-					Message: fmt.Sprintf("application %q is empty or listed in two overrides", app)})
-			}
-			seen[app] = true
-		}
-	}
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
+	set, _ := p.compile()
+	return set.Err()
 }
 
 // Definition is the policy's catalog entry. It reads x-llm-cost in the final
@@ -188,42 +168,18 @@ func (p *Policy) LinkChain(entries []policies.Entry, self int) error {
 }
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	var limits []ratelimit.Limit
-	add := func(ls []BudgetLimit) ([]int, error) {
-		var idx []int
-		for _, l := range ls {
-			lim, err := ratelimit.LimitFor(p.algorithm(), l.Duration.D(), micros(l.Amount))
-			if err != nil {
-				return nil, err
-			}
-			idx = append(idx, len(limits))
-			limits = append(limits, ratelimit.Limit{Meter: 0, Capacity: lim})
-		}
-		return idx, nil
-	}
-	base, err := add(p.BudgetLimits)
-	if err != nil {
+	set, groups := p.compile()
+	if err := set.Err(); err != nil {
 		return nil, err
 	}
-	pol := &Policy{svc: svc, route: route.RouteName, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased).PerResource(p.ResourceBased),
-		overrideOf: map[string]int{}, groups: [][]int{base}, reserveOut: p.ReserveOutput != "none"}
-	for i, o := range p.Overrides {
-		idx, err := add(o.BudgetLimits)
-		if err != nil {
-			return nil, err
-		}
-		pol.groups = append(pol.groups, idx)
-		for _, app := range o.Applications {
-			pol.overrideOf[app] = i + 1
-		}
-	}
-	pol.eng, err = ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: limits,
+	eng, err := ratelimit.New(ratelimit.Options{Policy: Name, Route: route, Services: svc, Limits: set.Limits,
 		Scope:  ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{{Name: "cost", Unit: policies.UnitUSDMicros}}})
 	if err != nil {
 		return nil, err
 	}
-	return pol, nil
+	return &Policy{eng: eng, svc: svc, route: route.RouteName, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased).PerResource(p.ResourceBased),
+		overrideOf: set.OverrideOf, groups: groups, reserveOut: p.ReserveOutput != "none"}, nil
 }
 
 // Engine exposes the instance's engine.

@@ -2,8 +2,10 @@ package costratelimit_test
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -290,6 +292,58 @@ func xcostWriter() policies.Definition {
 type nopPolicy struct{}
 
 func (nopPolicy) OnRequest(*policies.Call) *gwerror.Error { return nil }
+
+// refused are params the policy refuses, with its errors in its order.
+var refused = []ratelimittest.Refused{
+	{Name: "window of a fraction of a second", Params: map[string]any{"budgetLimits": budget(1, "1500ms")},
+		Want: []string{"budgetLimits.0.duration: duration 1.5s: a window must be a whole number of seconds"}},
+	{Name: "duration twice", Params: map[string]any{"budgetLimits": append(budget(1, "1d"), budget(2, "1d")...)},
+		Want: []string{"budgetLimits.1.duration: duration 24h0m0s is listed twice"}},
+	{Name: "overrides of a route budget", Params: map[string]any{"budgetLimits": budget(1, "1d"),
+		"overrides": []any{map[string]any{"applications": []any{"x"}, "budgetLimits": budget(5, "1d")}}},
+		Want: []string{"overrides: overrides are per application: they need consumerBased: true"}},
+	{Name: "overrides", Params: map[string]any{"budgetLimits": budget(1, "1d"), "algorithm": "token-bucket", "consumerBased": true, "overrides": []any{
+		map[string]any{"applications": []any{"x", "x"}, "budgetLimits": append(budget(5, "1h"), budget(6, "1h")...)},
+		map[string]any{"applications": []any{"x"}, "budgetLimits": budget(5, "1ms")},
+	}},
+		Want: []string{
+			"overrides.0.budgetLimits.1.duration: duration 1h0m0s is listed twice",
+			`overrides.0.applications.1: application "x" is empty or listed in two overrides`,
+			`overrides.1.applications.0: application "x" is empty or listed in two overrides`,
+		}},
+	{Name: "amount below a micro-USD", Params: map[string]any{"budgetLimits": budget(0.0000001, "1d")}, Schema: true,
+		Want: []string{"budgetLimits.0.amount: minimum: got 1×10⁻⁰⁷, want 1×10⁻⁰⁶"}},
+}
+
+func TestValidation(t *testing.T) {
+	newHarness(t).CheckValidation(costratelimit.Definition(), route, refused)
+}
+
+// TestBuildChecksParams: build computes the budgets with the same function
+// as Validate, so params that skipped Validate are refused with its errors,
+// amounts that JSON cannot carry (NaN, infinities) and that the schema
+// refuses included.
+func TestBuildChecksParams(t *testing.T) {
+	h := newHarness(t)
+	h.CheckBuild(costratelimit.Definition(), route, refused, map[string]any{"budgetLimits": budget(1, "1d")})
+	day := policies.Duration(24 * time.Hour)
+	for _, tc := range []struct {
+		amount float64
+		want   string
+	}{
+		{math.NaN(), "budgetLimits.0.amount: amount must be a finite number of USD"},
+		{math.Inf(1), "budgetLimits.0.amount: amount must be a finite number of USD"},
+		{0.0000004, "budgetLimits.0.amount: amount must be at least 0.000001 USD"},
+	} {
+		p := &costratelimit.Params{BudgetLimits: []costratelimit.BudgetLimit{{Amount: tc.amount, Duration: day}}}
+		if got := h.BuildErrors(costratelimit.Definition(), route, p); !slices.Equal(got, []string{tc.want}) {
+			t.Errorf("amount %v: build errors %q, want %q", tc.amount, got, tc.want)
+		}
+		if err := p.Validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("amount %v: Validate %v, want %q", tc.amount, err, tc.want)
+		}
+	}
+}
 
 // TestApplicationRefs: every overridden application is reported with its
 // param path, for the deployment check of undefined application ids.

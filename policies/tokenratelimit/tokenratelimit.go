@@ -5,8 +5,7 @@
 package tokenratelimit
 
 import (
-	"fmt"
-	"time"
+	"slices"
 
 	"sluice/dialect"
 	"sluice/gwerror"
@@ -88,13 +87,7 @@ type Override struct {
 // check ("default", the scope of requests without an application, may be
 // overridden too).
 func (p *Params) ApplicationRefs() []policies.ParamRef {
-	var refs []policies.ParamRef
-	for i, o := range p.Overrides {
-		for j, app := range o.Applications {
-			refs = append(refs, policies.ParamRef{Path: ratelimit.ParamPath("overrides", i, "applications", j), ID: app})
-		}
-	}
-	return refs
+	return ratelimit.OverrideRefs(len(p.Overrides), func(i int) []string { return p.Overrides[i].Applications })
 }
 
 var _ policies.ApplicationReferrer = (*Params)(nil)
@@ -105,64 +98,89 @@ func limitsOf(p, c, t []ratelimit.CountLimit) [3][]ratelimit.CountLimit {
 
 var fieldNames = [3]string{"promptTokenLimits", "completionTokenLimits", "totalTokenLimits"}
 
-// Validate checks what the schema cannot.
-func (p *Params) Validate() error {
-	var errs policies.ParamErrors
-	check := func(prefix []string, ls [3][]ratelimit.CountLimit) int {
-		n := 0
-		for d, list := range ls {
-			ds := make([]time.Duration, len(list))
-			for i, l := range list {
-				ds[i] = l.Duration.D()
-				if _, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Count); err != nil {
-					errs = append(errs, &policies.ParamError{Path: append(append([]string(nil), prefix...), ratelimit.ParamPath(fieldNames[d], i, "duration")...), Message: err.Error()})
-				}
-			}
-			if pe := ratelimit.ValidateDurations(fieldNames[d], ds); pe != nil {
-				pe.Path = append(append([]string(nil), prefix...), pe.Path...)
-				errs = append(errs, pe)
-			}
+// plan is what the params compile to, for Validate and build alike: the
+// engine's limits, the params errors, the model rules and the counter
+// selections (see Policy).
+type plan struct {
+	set      *ratelimit.LimitSet
+	rules    *ratelimit.ModelMatcher
+	sel      [][][]int
+	quotaSel [][]int
+}
+
+// compile computes the plan in one pass over the params. The limits are the
+// default ones, then each model rule's, then each override's (an index is
+// only a position in the engine; a counter's key names its meter, period
+// and rule).
+func (p *Params) compile() *plan {
+	s := &ratelimit.LimitSet{Algorithm: p.Algorithm}
+	// add appends the three lists under prefix; n counts their entries.
+	add := func(prefix []string, ls [3][]ratelimit.CountLimit, rule string) (idx []int, n int) {
+		for m, list := range ls {
+			idx = append(idx, ratelimit.AddLimits(s, append(slices.Clip(prefix), fieldNames[m]), m, rule, list)...)
 			n += len(list)
 		}
-		return n
+		return idx, n
 	}
-	total := check(nil, limitsOf(p.PromptTokenLimits, p.CompletionTokenLimits, p.TotalTokenLimits))
+	base, total := add(nil, limitsOf(p.PromptTokenLimits, p.CompletionTokenLimits, p.TotalTokenLimits), "")
 	matches := make([]string, len(p.ModelRules))
+	ruleSel := make([][]int, len(p.ModelRules))
 	for i, r := range p.ModelRules {
 		matches[i] = r.Match
-		n := check(ratelimit.ParamPath("modelRules", i), limitsOf(r.PromptTokenLimits, r.CompletionTokenLimits, r.TotalTokenLimits))
+		var n int
+		ruleSel[i], n = add(ratelimit.ParamPath("modelRules", i), limitsOf(r.PromptTokenLimits, r.CompletionTokenLimits, r.TotalTokenLimits), r.Match)
 		if n == 0 {
-			errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("modelRules", i), Message: "a model rule needs at least one limit"})
+			s.Errorf(ratelimit.ParamPath("modelRules", i), "a model rule needs at least one limit")
 		}
 		total += n
 	}
-	if _, err := ratelimit.NewModelMatcher(matches); err != nil {
-		errs = append(errs, &policies.ParamError{Path: []string{"modelRules"}, Message: err.Error()})
+	rules, err := ratelimit.NewModelMatcher(matches)
+	if err != nil {
+		s.Errorf([]string{"modelRules"}, "%v", err)
 	}
-	if len(p.Overrides) > 0 && !p.ConsumerBased {
-		errs = append(errs, &policies.ParamError{Path: []string{"overrides"}, Message: "overrides are per application: they need consumerBased: true"})
-	}
-	seen := map[string]bool{}
+	s.CheckOverrides(p.ConsumerBased, len(p.Overrides))
+	groups := [][]int{base}
 	for i, o := range p.Overrides {
-		if check(ratelimit.ParamPath("overrides", i), limitsOf(o.PromptTokenLimits, o.CompletionTokenLimits, o.TotalTokenLimits)) == 0 {
-			errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("overrides", i), Message: "an override needs at least one limit"})
+		own := limitsOf(o.PromptTokenLimits, o.CompletionTokenLimits, o.TotalTokenLimits)
+		idx, n := add(ratelimit.ParamPath("overrides", i), own, "")
+		if n == 0 {
+			s.Errorf(ratelimit.ParamPath("overrides", i), "an override needs at least one limit")
 		}
-		for j, app := range o.Applications {
-			if app == "" || seen[app] {
-				errs = append(errs, &policies.ParamError{Path: ratelimit.ParamPath("overrides", i, "applications", j),
-					Message: fmt.Sprintf("application %q is empty or listed in two overrides", app)})
+		// Dimensions the override does not list keep the default counters.
+		for _, b := range base {
+			if len(own[s.Limits[b].Meter]) == 0 {
+				idx = append(idx, b)
 			}
-			seen[app] = true
 		}
+		groups = append(groups, idx)
+		s.AddOverride(i, o.Applications)
 	}
 	if total == 0 {
-		errs = append(errs, &policies.ParamError{Message: "set at least one of promptTokenLimits, completionTokenLimits, totalTokenLimits or modelRules"})
+		s.Errorf(nil, "set at least one of promptTokenLimits, completionTokenLimits, totalTokenLimits or modelRules")
 	}
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
+	pl := &plan{set: s, rules: rules}
+	pl.selections(groups, ruleSel)
+	return pl
 }
+
+// selections fills sel and quotaSel from the limits of each limit group
+// (groups[g]) and of each model rule (ruleSel[r]).
+func (pl *plan) selections(groups, ruleSel [][]int) {
+	for _, g := range groups {
+		row := make([][]int, len(ruleSel)+1)
+		row[0] = g
+		all := append([]int(nil), g...)
+		for r, rs := range ruleSel {
+			row[r+1] = append(append([]int(nil), g...), rs...)
+			all = append(all, rs...)
+		}
+		pl.sel = append(pl.sel, row)
+		pl.quotaSel = append(pl.quotaSel, all)
+	}
+}
+
+// Validate checks what the schema cannot.
+func (p *Params) Validate() error { return p.compile().set.Err() }
 
 // Definition is the policy's catalog entry.
 func Definition() policies.Definition {
@@ -194,58 +212,12 @@ var (
 )
 
 func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policies.Policy, error) {
-	var limits []ratelimit.Limit
-	add := func(ls [3][]ratelimit.CountLimit, rule string) ([]int, error) {
-		var idx []int
-		for m, list := range ls {
-			for _, l := range list {
-				lim, err := ratelimit.LimitFor(p.Algorithm, l.Duration.D(), l.Count)
-				if err != nil {
-					return nil, err
-				}
-				idx = append(idx, len(limits))
-				limits = append(limits, ratelimit.Limit{Meter: m, Capacity: lim, Rule: rule})
-			}
-		}
-		return idx, nil
-	}
-	base, err := add(limitsOf(p.PromptTokenLimits, p.CompletionTokenLimits, p.TotalTokenLimits), "")
-	if err != nil {
-		return nil, err
-	}
-	groups := [][]int{base}
-	overrideOf := map[string]int{}
-	for i, o := range p.Overrides {
-		own := limitsOf(o.PromptTokenLimits, o.CompletionTokenLimits, o.TotalTokenLimits)
-		idx, err := add(own, "")
-		if err != nil {
-			return nil, err
-		}
-		// Dimensions the override does not list keep the default counters.
-		for _, b := range base {
-			if len(own[limits[b].Meter]) == 0 {
-				idx = append(idx, b)
-			}
-		}
-		groups = append(groups, idx)
-		for _, app := range o.Applications {
-			overrideOf[app] = i + 1
-		}
-	}
-	matches := make([]string, len(p.ModelRules))
-	ruleSel := make([][]int, len(p.ModelRules))
-	for i, r := range p.ModelRules {
-		matches[i] = r.Match
-		if ruleSel[i], err = add(limitsOf(r.PromptTokenLimits, r.CompletionTokenLimits, r.TotalTokenLimits), r.Match); err != nil {
-			return nil, err
-		}
-	}
-	rules, err := ratelimit.NewModelMatcher(matches)
-	if err != nil {
+	pl := p.compile()
+	if err := pl.set.Err(); err != nil {
 		return nil, err
 	}
 	eng, err := ratelimit.New(ratelimit.Options{
-		Policy: Name, Route: route, Services: svc, Limits: limits,
+		Policy: Name, Route: route, Services: svc, Limits: pl.set.Limits,
 		Scope: ratelimit.ScopeKindOf(p.ConsumerBased),
 		Meters: []ratelimit.Meter{
 			{Name: "prompt", Unit: policies.UnitTokens, Kind: dialect.InputTokens},
@@ -256,23 +228,11 @@ func build(p *Params, route policies.RouteInfo, svc *policies.Services) (policie
 	if err != nil {
 		return nil, err
 	}
-	pol := &Policy{
+	return &Policy{
 		eng: eng, svc: svc, scoper: ratelimit.NewScoper(route.RouteName, p.ConsumerBased).PerResource(p.ResourceBased),
-		rules: rules, overrideOf: overrideOf,
+		rules: pl.rules, overrideOf: pl.set.OverrideOf, sel: pl.sel, quotaSel: pl.quotaSel,
 		reserveOut: p.ReserveOutput == "maxTokens", maxOut: p.MaxOutputTokens,
-	}
-	for _, g := range groups {
-		row := make([][]int, len(ruleSel)+1)
-		row[0] = g
-		all := append([]int(nil), g...)
-		for r, rs := range ruleSel {
-			row[r+1] = append(append([]int(nil), g...), rs...)
-			all = append(all, rs...)
-		}
-		pol.sel = append(pol.sel, row)
-		pol.quotaSel = append(pol.quotaSel, all)
-	}
-	return pol, nil
+	}, nil
 }
 
 // Engine exposes the instance's engine (tests, metrics).

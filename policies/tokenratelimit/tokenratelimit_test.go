@@ -408,22 +408,57 @@ func TestQuotaReport(t *testing.T) {
 	}
 }
 
+// refused are params the policy refuses, with its errors in its order.
+var refused = []ratelimittest.Refused{
+	{Name: "no limits", Params: map[string]any{},
+		Want: []string{"set at least one of promptTokenLimits, completionTokenLimits, totalTokenLimits or modelRules"}},
+	{Name: "zero count", Params: map[string]any{"totalTokenLimits": []any{map[string]any{"count": 0, "duration": "1h"}}}, Schema: true,
+		Want: []string{"totalTokenLimits.0.count: minimum: got 0, want 1"}},
+	{Name: "duration twice", Params: map[string]any{"totalTokenLimits": append(limits(1, "1h"), limits(2, "1h")...)},
+		Want: []string{"totalTokenLimits.1.duration: duration 1h0m0s is listed twice"}},
+	{Name: "star inside a match", Params: map[string]any{"totalTokenLimits": limits(1, "1h"),
+		"modelRules": []any{map[string]any{"match": "a*b", "totalTokenLimits": limits(1, "1h")}}},
+		Want: []string{`modelRules: rule 0: match "a*b": "*" is only allowed at the end`}},
+	{Name: "model rule without limits", Params: map[string]any{"totalTokenLimits": limits(1, "1h"), "modelRules": []any{map[string]any{"match": "a"}}},
+		Want: []string{"modelRules.0: a model rule needs at least one limit"}},
+	{Name: "unknown algorithm", Params: map[string]any{"totalTokenLimits": limits(1, "1h"), "algorithm": "leaky"}, Schema: true,
+		Want: []string{"algorithm: value must be one of 'token-bucket', 'fixed-window', 'calendar'"}},
+	{Name: "window of a fraction of a second", Params: map[string]any{"totalTokenLimits": limits(1, "1500ms"), "algorithm": "fixed-window"},
+		Want: []string{"totalTokenLimits.0.duration: duration 1.5s: a window must be a whole number of seconds"}},
+	{Name: "overrides of a route limit", Params: map[string]any{"totalTokenLimits": limits(1, "1h"),
+		"overrides": []any{map[string]any{"applications": []any{"a"}, "totalTokenLimits": limits(2, "1h")}}},
+		Want: []string{"overrides: overrides are per application: they need consumerBased: true"}},
+	{Name: "every kind at once", Params: map[string]any{"algorithm": "fixed-window", "promptTokenLimits": limits(1, "1500ms"),
+		"modelRules": []any{
+			map[string]any{"match": "a", "completionTokenLimits": append(limits(1, "1h"), limits(2, "1h")...)},
+			map[string]any{"match": "a", "totalTokenLimits": limits(1, "2500ms")},
+		},
+		"consumerBased": true,
+		"overrides": []any{
+			map[string]any{"applications": []any{"x", "y"}},
+			map[string]any{"applications": []any{"y", ""}, "promptTokenLimits": limits(3, "1h"), "totalTokenLimits": append(limits(1, "1m"), limits(2, "1m")...)},
+		}},
+		Want: []string{
+			"promptTokenLimits.0.duration: duration 1.5s: a window must be a whole number of seconds",
+			"modelRules.0.completionTokenLimits.1.duration: duration 1h0m0s is listed twice",
+			"modelRules.1.totalTokenLimits.0.duration: duration 2.5s: a window must be a whole number of seconds",
+			`modelRules: rule 1: match "a" is listed twice`,
+			"overrides.0: an override needs at least one limit",
+			"overrides.1.totalTokenLimits.1.duration: duration 1m0s is listed twice",
+			`overrides.1.applications.0: application "y" is empty or listed in two overrides`,
+			`overrides.1.applications.1: application "" is empty or listed in two overrides`,
+		}},
+}
+
 func TestValidation(t *testing.T) {
-	h := newHarness(t)
-	bad := []map[string]any{
-		{},
-		{"totalTokenLimits": []any{map[string]any{"count": 0, "duration": "1h"}}},
-		{"totalTokenLimits": append(limits(1, "1h"), limits(2, "1h")...)},
-		{"totalTokenLimits": limits(1, "1h"), "modelRules": []any{map[string]any{"match": "a*b", "totalTokenLimits": limits(1, "1h")}}},
-		{"totalTokenLimits": limits(1, "1h"), "modelRules": []any{map[string]any{"match": "a"}}},
-		{"totalTokenLimits": limits(1, "1h"), "algorithm": "leaky"},
-		{"totalTokenLimits": limits(1, "1500ms"), "algorithm": "fixed-window"},
-	}
-	for i, p := range bad {
-		if _, err := h.BuildChain(route, ratelimittest.Entry(tokenratelimit.Name, p)); err == nil {
-			t.Errorf("case %d: %v accepted", i, p)
-		}
-	}
+	newHarness(t).CheckValidation(tokenratelimit.Definition(), route, refused)
+}
+
+// TestBuildChecksParams: build computes the limits with the same function
+// as Validate, so params that skipped Validate are refused with its errors,
+// never built into an engine Validate would have refused.
+func TestBuildChecksParams(t *testing.T) {
+	newHarness(t).CheckBuild(tokenratelimit.Definition(), route, refused, map[string]any{"totalTokenLimits": limits(1, "1h")})
 }
 
 // TestInvariantRandomOutcomes runs thousands of concurrent requests with random

@@ -5,8 +5,11 @@ package ratelimittest
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,6 +94,103 @@ func (h *Harness) Chain(route string, specs ...policies.EntrySpec) *policies.Cha
 func (h *Harness) BuildChain(route string, specs ...policies.EntrySpec) (*policies.Chain, error) {
 	return h.Registry.BuildChain(policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, specs, h.Svc,
 		policies.GatewayProvided)
+}
+
+// Refused is params a policy refuses, with its errors in its order.
+type Refused struct {
+	Name   string
+	Params map[string]any
+	// Schema: the errors are the schema's, found before Validate runs.
+	// Otherwise they are the policy's own, which its build reports too.
+	Schema bool
+	Want   []string
+}
+
+// CheckValidation checks that a chain of def's policy on route, decoded as
+// the gateway decodes it (schema, then Validate), refuses each case with
+// exactly its Want.
+func (h *Harness) CheckValidation(def policies.Definition, route string, cases []Refused) {
+	h.T.Helper()
+	for _, tc := range cases {
+		if got := h.ParamErrors(route, Entry(def.Name, tc.Params)); !slices.Equal(got, tc.Want) {
+			h.T.Errorf("%s: errors %q, want %q", tc.Name, got, tc.Want)
+		}
+	}
+}
+
+// CheckBuild checks that def.Build, handed each case's params directly
+// (BuildErrors), refuses the policy's own cases with exactly their Want, as
+// Validate does, and builds valid.
+func (h *Harness) CheckBuild(def policies.Definition, route string, cases []Refused, valid map[string]any) {
+	h.T.Helper()
+	for _, tc := range cases {
+		if tc.Schema {
+			continue
+		}
+		if got := h.BuildErrors(def, route, tc.Params); !slices.Equal(got, tc.Want) {
+			h.T.Errorf("%s: build errors %q, want %q", tc.Name, got, tc.Want)
+		}
+	}
+	if got := h.BuildErrors(def, route, valid); got != nil {
+		h.T.Errorf("valid params %v: build errors %q", valid, got)
+	}
+}
+
+// ParamErrors builds a chain of specs on route and returns the params
+// errors of the entry that failed, each "path: message" (ParamError.Error),
+// in the policy's order; nil when the chain builds. Any other error fails
+// the test.
+func (h *Harness) ParamErrors(route string, specs ...policies.EntrySpec) []string {
+	h.T.Helper()
+	_, err := h.BuildChain(route, specs...)
+	if err == nil {
+		return nil
+	}
+	var ee *policies.EntryError
+	if !errors.As(err, &ee) || len(ee.Params) == 0 {
+		h.T.Fatalf("BuildChain: %v, want params errors", err)
+	}
+	return messages(ee.Params)
+}
+
+// BuildErrors builds params with def.Build, skipping the schema and
+// Validate: the params errors of a build that relies on no earlier check,
+// as ParamErrors lists them ("path: message"); nil when it builds. params
+// is def's params struct (a pointer), or a map[string]any decoded into one
+// with encoding/json. Any other error fails the test.
+func (h *Harness) BuildErrors(def policies.Definition, route string, params any) []string {
+	h.T.Helper()
+	p := params
+	if m, ok := params.(map[string]any); ok {
+		js, err := json.Marshal(m)
+		if err != nil {
+			h.T.Fatal(err)
+		}
+		p = def.NewParams()
+		if err := json.Unmarshal(js, p); err != nil {
+			h.T.Fatal(err)
+		}
+	}
+	pol, err := def.Build(p, policies.RouteInfo{RouteName: route, APIName: route, Provider: "openai"}, h.Svc)
+	if err == nil {
+		if c, ok := pol.(policies.Closer); ok {
+			_ = c.Close()
+		}
+		return nil
+	}
+	var pe policies.ParamErrors
+	if !errors.As(err, &pe) {
+		h.T.Fatalf("%s build: %v, want params errors", def.Name, err)
+	}
+	return messages(pe)
+}
+
+func messages(pe policies.ParamErrors) []string {
+	out := make([]string, len(pe))
+	for i, e := range pe {
+		out[i] = e.Error()
+	}
+	return out
 }
 
 // Req describes a chat request.

@@ -311,6 +311,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Usage summed from the hourly or daily rollups (never from the raw
+         *     records): one row per time bucket and combination of the groupBy
+         *     dimensions, ordered by bucket then by those dimensions, and the
+         *     totals. `from` is rounded down and `to` up to whole buckets (hours,
+         *     or UTC days); the answer names the range it covers, at most 1,000
+         *     buckets. Default range: the 24 hours (bucket=hour) or 30 days
+         *     (bucket=day) before `to`, which defaults to now. The model is the
+         *     model the client asked for. Answers CSV (one line per row) with
+         *     `Accept: text/csv` or `format=csv`.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/usage/records": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The raw records (kept for the platform's usage retention, 30 days by
+         *     default), newest first: ordered by ts then id, descending. A page
+         *     ends with `next`, the cursor of the following page: walking the
+         *     pages visits every record that existed when the walk began exactly
+         *     once, whatever arrives meanwhile. With `Accept: text/csv` or
+         *     `format=csv` the answer is every matching record (from `cursor`,
+         *     when given), streamed as CSV; `limit` bounds JSON pages only.
+         */
+        get: operations["listUsageRecords"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/gateway/deployment": {
         parameters: {
             query?: never;
@@ -349,6 +401,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/gateway/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description A batch of usage records: JSON lines (`application/x-ndjson`), one
+         *     record per line in the meter's encoding (docs/meter.md), at most
+         *     5,000 records and 4 MiB (413 past either). The batch is taken whole
+         *     or refused whole: 422 `validation_failed` when a record is malformed,
+         *     names another gateway than the token's, or is dated more than an
+         *     hour after the platform's clock; 422 `unsupported_meter_version`
+         *     when a record was written by a newer meter version than the
+         *     platform reads (keep the batch and resend it after the platform is
+         *     upgraded); `details` name each record as `$[i]` (line i+1). A record
+         *     stored before (same id and ts) is not stored or counted again, so a
+         *     resend is always safe; a record older than the platform's usage
+         *     retention is skipped (`expired`). An empty body is a batch of none.
+         */
+        post: operations["ingestUsage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -357,7 +439,8 @@ export interface components {
             error: {
                 /**
                  * @description unauthorized, not_found, conflict, validation_failed,
-                 *     precondition_failed, precondition_required, bad_request, internal.
+                 *     unsupported_meter_version, precondition_failed,
+                 *     precondition_required, request_too_large, bad_request, internal.
                  */
                 code: string;
                 message: string;
@@ -565,7 +648,7 @@ export interface components {
             route: string;
             context: string;
             entries: components["schemas"]["DeploymentEntry"][];
-            /** @description The provider's part of the deployment document, as YAML. */
+            /** @description The provider's part of the deployment document, as YAML: its provider and route, and the counters section every gateway counts in, with the upstream key and any Redis password redacted. */
             yaml: string;
         };
         GatewayInput: {
@@ -651,6 +734,145 @@ export interface components {
              */
             next?: number;
         };
+        /** @enum {string} */
+        Format: "json" | "csv";
+        /**
+         * @description How a request ended (docs/meter.md#resolutions).
+         * @enum {string}
+         */
+        Resolution: "settled" | "closed" | "abandoned" | "released" | "denied" | "auth_failed" | "invalid_request" | "upstream_error" | "internal_error";
+        /** @enum {string} */
+        UsageDimension: "application" | "provider" | "route" | "model" | "key" | "resolution" | "statusClass";
+        UsageTotals: {
+            /** Format: int64 */
+            requests: number;
+            /**
+             * Format: int64
+             * @description Input tokens, cached and cache-write ones included.
+             */
+            promptTokens: number;
+            /** Format: int64 */
+            cachedTokens: number;
+            /** Format: int64 */
+            cacheWriteTokens: number;
+            /**
+             * Format: int64
+             * @description Output tokens, reasoning ones included.
+             */
+            completionTokens: number;
+            /** Format: int64 */
+            reasoningTokens: number;
+            /**
+             * Format: int64
+             * @description promptTokens + completionTokens.
+             */
+            totalTokens: number;
+            /**
+             * Format: int64
+             * @description Cost in millionths of a US dollar.
+             */
+            costMicroUsd: number;
+            /**
+             * Format: int64
+             * @description Mean latency of the requests, in microseconds.
+             */
+            meanLatencyUs: number;
+        };
+        UsageRow: {
+            /**
+             * Format: date-time
+             * @description The start of the bucket.
+             */
+            start: string;
+            application?: string;
+            provider?: string;
+            route?: string;
+            model?: string;
+            keyId?: string;
+            resolution?: components["schemas"]["Resolution"];
+            /**
+             * @description The class of the HTTP status the client got; none when the client left before one was sent.
+             * @enum {string}
+             */
+            statusClass?: "none" | "1xx" | "2xx" | "3xx" | "4xx" | "5xx";
+        } & components["schemas"]["UsageTotals"];
+        UsageReport: {
+            /**
+             * Format: date-time
+             * @description The start of the first bucket covered.
+             */
+            from: string;
+            /**
+             * Format: date-time
+             * @description The end of the last bucket covered (excluded).
+             */
+            to: string;
+            /** @enum {string} */
+            bucket: "hour" | "day";
+            groupBy: components["schemas"]["UsageDimension"][];
+            /** @description One per bucket and combination of the groupBy dimensions with any usage; only the grouped dimensions are set. */
+            rows: components["schemas"]["UsageRow"][];
+            totals: components["schemas"]["UsageTotals"];
+        };
+        /** @description One request's usage record (docs/meter.md#fields), every field present. */
+        UsageRecord: {
+            id: string;
+            clientRequestId: string;
+            /**
+             * Format: date-time
+             * @description When the gateway received the request.
+             */
+            ts: string;
+            gatewayId: string;
+            route: string;
+            provider: string;
+            application: string;
+            keyId: string;
+            requestedModel: string;
+            servedModel: string;
+            /** Format: int64 */
+            promptTokens: number;
+            /** Format: int64 */
+            cachedTokens: number;
+            /** Format: int64 */
+            cacheWriteTokens: number;
+            /** Format: int64 */
+            completionTokens: number;
+            /** Format: int64 */
+            reasoningTokens: number;
+            /** @enum {string} */
+            usageSource: "none" | "provider" | "partial" | "counted";
+            /** Format: int64 */
+            costMicroUsd: number;
+            priceVersion: string;
+            resolution: components["schemas"]["Resolution"];
+            deniedBy: string;
+            errorCode: string;
+            status: number;
+            /** Format: int64 */
+            latencyUs: number;
+            /** Format: int64 */
+            ttftUs: number;
+            attempts: number;
+            /**
+             * Format: date-time
+             * @description When the platform stored the record.
+             */
+            receivedAt: string;
+        };
+        UsageRecordPage: {
+            records: components["schemas"]["UsageRecord"][];
+            /** @description Pass as cursor= for the next page; absent on the last page. */
+            next?: string;
+        };
+        UsageIngestResult: {
+            /** @description Records stored and counted. */
+            accepted: number;
+            /** @description Records stored before (or twice in the batch), not counted again. */
+            duplicates: number;
+            /** @description Records older than the usage retention, skipped. */
+            expired: number;
+        };
     };
     responses: {
         /** @description An error. */
@@ -668,6 +890,24 @@ export interface components {
         ApplicationId: string;
         /** @description The ETag of the version being replaced, or *. */
         IfMatch: string;
+        /** @description The start of the range (rounded down to the bucket). */
+        UsageFrom: string;
+        /** @description The end of the range, excluded (rounded up to the bucket); default now. */
+        UsageTo: string;
+        /** @description Only this application's usage. */
+        UsageApplication: string;
+        /** @description Only this provider's usage (its name). */
+        UsageProvider: string;
+        /** @description Only this route's usage. */
+        UsageRoute: string;
+        /** @description Only the usage of requests for this model (the requested model). */
+        UsageModel: string;
+        /** @description Only this API key's usage (its id). */
+        UsageKey: string;
+        /** @description Only the requests that ended so. */
+        UsageResolution: components["schemas"]["Resolution"];
+        /** @description csv answers CSV, as Accept text/csv does. */
+        Format: components["schemas"]["Format"];
     };
     requestBodies: never;
     headers: never;
@@ -1380,6 +1620,94 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description The start of the range (rounded down to the bucket). */
+                from?: components["parameters"]["UsageFrom"];
+                /** @description The end of the range, excluded (rounded up to the bucket); default now. */
+                to?: components["parameters"]["UsageTo"];
+                bucket?: "hour" | "day";
+                /** @description The dimensions to group by, comma-separated; none gives one row per bucket. */
+                groupBy?: components["schemas"]["UsageDimension"][];
+                /** @description Only this application's usage. */
+                application?: components["parameters"]["UsageApplication"];
+                /** @description Only this provider's usage (its name). */
+                provider?: components["parameters"]["UsageProvider"];
+                /** @description Only this route's usage. */
+                route?: components["parameters"]["UsageRoute"];
+                /** @description Only the usage of requests for this model (the requested model). */
+                model?: components["parameters"]["UsageModel"];
+                /** @description Only this API key's usage (its id). */
+                key?: components["parameters"]["UsageKey"];
+                /** @description Only the requests that ended so. */
+                resolution?: components["parameters"]["UsageResolution"];
+                /** @description csv answers CSV, as Accept text/csv does. */
+                format?: components["parameters"]["Format"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The usage. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                    "text/csv": string;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listUsageRecords: {
+        parameters: {
+            query?: {
+                /** @description Only this application's usage. */
+                application?: components["parameters"]["UsageApplication"];
+                /** @description Only this provider's usage (its name). */
+                provider?: components["parameters"]["UsageProvider"];
+                /** @description Only this route's usage. */
+                route?: components["parameters"]["UsageRoute"];
+                /** @description Only the usage of requests for this model (the requested model). */
+                model?: components["parameters"]["UsageModel"];
+                /** @description Only this API key's usage (its id). */
+                key?: components["parameters"]["UsageKey"];
+                /** @description Only the requests that ended so. */
+                resolution?: components["parameters"]["UsageResolution"];
+                /** @description Records received by the gateway at or after this instant. */
+                from?: string;
+                /** @description Records received by the gateway before this instant. */
+                to?: string;
+                limit?: number;
+                /** @description The `next` of the previous page. */
+                cursor?: string;
+                /** @description csv answers CSV, as Accept text/csv does. */
+                format?: components["parameters"]["Format"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of records. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageRecordPage"];
+                    "text/csv": string;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     pollDeployment: {
         parameters: {
             query?: {
@@ -1430,6 +1758,31 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    ingestUsage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/x-ndjson": unknown;
+            };
+        };
+        responses: {
+            /** @description Stored. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageIngestResult"];
+                };
             };
             default: components["responses"]["Error"];
         };

@@ -1,4 +1,5 @@
-// Package metertest holds the test helpers the meter's sink packages share.
+// Package metertest holds the test helpers the meter's sink packages and
+// the platform's usage tests share.
 // (A concurrency-safe log buffer is internal/proctest.Buffer.)
 package metertest
 
