@@ -57,9 +57,11 @@ func TestSealCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Redis.KeyPrefix = deployment.DefaultRedisKeyPrefix
-	if !reflect.DeepEqual(got, c) {
-		t.Fatalf("read back %+v, want %+v", got, c)
+	// Opening fills the section's defaults, as loading a file does.
+	want := &deployment.Deployment{Counters: c}
+	deployment.ApplyDefaults(want)
+	if !reflect.DeepEqual(got, want.Counters) {
+		t.Fatalf("read back %+v, want %+v", got, want.Counters)
 	}
 	if _, err := delivery.OpenCounters(nil, sealed); err == nil {
 		t.Fatal("opened without a key")
