@@ -186,6 +186,11 @@ func usageFields(rec *meter.Record, u *llmapi.Usage) {
 // accessLog writes rec as one log line at info: the record's fields under
 // their names in the record's encoding, empty ones left out.
 func accessLog(l *slog.Logger, rec *meter.Record) {
+	// A logger above info (--log-level warn) gets nothing: do not build the
+	// line on the request path only for the handler to drop it.
+	if !l.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
 	attrs := make([]slog.Attr, 0, 24)
 	str := func(k, v string) {
 		if v != "" {
