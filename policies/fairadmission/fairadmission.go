@@ -175,6 +175,12 @@ func (p *Policy) deadline(c *policies.Call) (time.Duration, *gwerror.Error) {
 	if len(vs) == 0 || vs[0] == "" {
 		return 0, nil
 	}
+	if len(vs) > 1 {
+		e := gwerror.BadRequest(gwerror.CodeInvalidRequest,
+			"header %s is given %d times: send it once (a positive whole number of milliseconds)", p.header, len(vs))
+		e.Param = p.header
+		return 0, e
+	}
 	v := vs[0]
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ms <= 0 || ms > int64(24*time.Hour/time.Millisecond) {

@@ -283,9 +283,13 @@ func TestRefusals(t *testing.T) {
 func TestBadDeadlineHeader(t *testing.T) {
 	e := newEnv(t, capacity(admission.Capacity{MaxConcurrent: 1}))
 	ch := e.chain(map[string]any{"deadlineHeader": "x-wait"})
-	for _, v := range []string{"0", "-5", "1.5", "soon", "86400001"} {
+	// A duplicated header is refused, not read first-wins: the client
+	// would otherwise choose which of its own values counts.
+	for _, v := range [][]string{{"0"}, {"-5"}, {"1.5"}, {"soon"}, {"86400001"}, {"1", "60000"}} {
 		call := e.Call(route, ratelimittest.Req{})
-		call.Request.Header.Set("x-wait", v)
+		for _, one := range v {
+			call.Request.Header.Add("x-wait", one)
+		}
 		gerr := ch.Start(call).Request()
 		if gerr == nil || gerr.Status != http.StatusBadRequest || gerr.Param != "x-wait" || !strings.Contains(gerr.Message, "x-wait") {
 			t.Fatalf("%q: %v", v, gerr)
