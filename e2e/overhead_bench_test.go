@@ -84,20 +84,7 @@ func recordMockChat(tb testing.TB) *cannedTransport {
 // allocs/op is the gateway's own per-request cost.
 func BenchmarkHandlerOverhead(b *testing.B) {
 	canned := recordMockChat(b)
-	send := func(b *testing.B, h http.Handler, path string) {
-		b.Helper()
-		b.ReportAllocs()
-		for b.Loop() {
-			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader([]byte(benchChatBody)))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+npmAPIKey)
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code != http.StatusOK {
-				b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
-			}
-		}
-	}
+	send := func(b *testing.B, h http.Handler, path string) { benchChats(b, h, path, npmAPIKey) }
 
 	b.Run("bareproxy", func(b *testing.B) {
 		target, _ := url.Parse("http://upstream.invalid")
@@ -127,4 +114,43 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 		b.Cleanup(func() { _ = gw.Close() })
 		send(b, gw.Handler(), "/openai/v1/chat/completions")
 	})
+}
+
+// BenchmarkFullChainOverhead is BenchmarkHandlerOverhead's gateway case with
+// the full chain of bench/fullchain.yaml (auth, backend and consumer token
+// limits, a consumer cost budget, llm-cost; memory counters) and the meter
+// as a gateway run from a file has it by default, the access log written at
+// info to io.Discard.
+func BenchmarkFullChainOverhead(b *testing.B) {
+	canned := recordMockChat(b)
+	b.Setenv("SLUICE_BENCH_UPSTREAM", "http://upstream.invalid")
+	dep, err := yamlfile.Load("../bench/fullchain.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gw, err := app.NewGateway(dep, app.GatewayOptions{
+		Services:  app.Services{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Tokens: tokencount.New()},
+		Transport: canned,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = gw.Close() })
+	benchChats(b, gw.Handler(), "/openai/v1/chat/completions", "sk-sluice-bench")
+}
+
+// benchChats sends benchChatBody to h at path with key, once per iteration.
+func benchChats(b *testing.B, h http.Handler, path, key string) {
+	b.Helper()
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader([]byte(benchChatBody)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+	}
 }

@@ -218,7 +218,9 @@ func FixedTrust(o *policies.Outcome) Trust {
 // Finish resolves this instance's reservation for the request's outcome:
 //
 //   - Rejected (by a later policy; a policy that rejected itself holds none): Release.
-//   - Failed before anything went upstream: Release.
+//   - Failed or Cancelled before anything went upstream: Release. Nothing
+//     was consumed: a client that left while it waited (for fair admission,
+//     or for a later policy) is not charged its estimate.
 //   - Any other outcome asks s for the amounts (s nil: TrustNone):
 //     TrustExact settles; TrustLowerBound and TrustNone resolve by outcome,
 //     Abandon for Cancelled, Close for the rest (Completed, UpstreamFailed,
@@ -236,7 +238,7 @@ func (e *Engine) Finish(c *policies.Call, o *policies.Outcome, s Settler) (Resol
 	case o.Kind == policies.Rejected:
 		e.clearHeaders(c, r)
 		return Released, r.resolve(Released, nil)
-	case o.Kind == policies.Failed && !o.WentUpstream:
+	case (o.Kind == policies.Failed || o.Kind == policies.Cancelled) && !o.WentUpstream:
 		return Released, r.resolve(Released, nil)
 	}
 	kind := Closed

@@ -68,6 +68,7 @@ func TestSettlementOutcomes(t *testing.T) {
 		{"stream without usage charges the counted output", ratelimittest.Completed(ratelimittest.Counted(8, 600)), func(int64) int64 { return 608 }, "closed"},
 		{"panic after upstream keeps the estimate", policytest.End{Outcome: policies.Outcome{Kind: policies.Failed, WentUpstream: true}}, func(e int64) int64 { return e }, "closed"},
 		{"panic mid-stream charges the counted output", policytest.End{Outcome: policies.Outcome{Kind: policies.Failed, WentUpstream: true}, Usage: ratelimittest.Counted(8, 500)}, func(int64) int64 { return 508 }, "closed"},
+		{"client gone before upstream refunds", policytest.End{Outcome: policies.Outcome{Kind: policies.Cancelled}}, func(int64) int64 { return 0 }, "released"},
 		{"panic before upstream refunds", policytest.End{Outcome: policies.Outcome{Kind: policies.Failed}}, func(int64) int64 { return 0 }, "released"},
 	}
 	for _, tc := range cases {

@@ -230,14 +230,16 @@ func (h *Harness) Call(route string, r Req) *policies.Call {
 }
 
 // Do runs call through ch like the gateway: the request phase, then (when
-// admitted) one upstream attempt and the end e (its usage published, then
-// its outcome delivered). It returns the rejection, if any, and the run.
+// admitted) one upstream attempt unless e ends before one (Rejected, or
+// Failed or Cancelled without WentUpstream), and the end e (its usage
+// published, then its outcome delivered). It returns the rejection, if any, and the run.
 func (h *Harness) Do(ch *policies.Chain, call *policies.Call, e policytest.End) (*gwerror.Error, *policies.Run) {
 	run := ch.Start(call)
 	if gerr := run.Request(); gerr != nil {
 		return gerr, run
 	}
-	if e.Kind != policies.Rejected && (e.Kind != policies.Failed || e.WentUpstream) {
+	beforeUpstream := e.Kind == policies.Failed || e.Kind == policies.Cancelled
+	if e.Kind != policies.Rejected && (!beforeUpstream || e.WentUpstream) {
 		run.MarkUpstream()
 	}
 	policytest.Finish(run, e)
