@@ -677,15 +677,18 @@ type Problem struct {
 
 // Provider defines model for Provider.
 type Provider struct {
-	AuthHeader string       `json:"authHeader"`
-	CreatedAt  time.Time    `json:"createdAt"`
-	HasApiKey  bool         `json:"hasApiKey"`
-	Id         string       `json:"id"`
-	Name       string       `json:"name"`
-	Targets    *[]string    `json:"targets,omitempty"`
-	Type       ProviderType `json:"type"`
-	UpdatedAt  time.Time    `json:"updatedAt"`
-	Url        *string      `json:"url,omitempty"`
+	ApplicationHeader *string      `json:"applicationHeader,omitempty"`
+	AuthHeader        string       `json:"authHeader"`
+	CreatedAt         time.Time    `json:"createdAt"`
+	ForwardHeaders    *[]string    `json:"forwardHeaders,omitempty"`
+	HasApiKey         bool         `json:"hasApiKey"`
+	Id                string       `json:"id"`
+	Name              string       `json:"name"`
+	Targets           *[]string    `json:"targets,omitempty"`
+	Type              ProviderType `json:"type"`
+	UpdatedAt         time.Time    `json:"updatedAt"`
+	Url               *string      `json:"url,omitempty"`
+	UsageReportUrl    *string      `json:"usageReportUrl,omitempty"`
 }
 
 // ProviderType defines model for Provider.Type.
@@ -709,15 +712,29 @@ type ProviderInput struct {
 	// ApiKey The upstream key; stored encrypted, never returned.
 	ApiKey *string `json:"apiKey,omitempty"`
 
+	// ApplicationHeader A header the gateway sets on every upstream request to the caller's
+	// application id, replacing any value the client sent for it (the
+	// deployment's applicationHeader): the provider can count usage per
+	// application, for reconciliation.
+	ApplicationHeader *string `json:"applicationHeader,omitempty"`
+
 	// AuthHeader The header the key is sent in. Default: Authorization ("Bearer <key>")
 	// for openai, x-api-key for anthropic. Any other header carries the bare key.
 	AuthHeader *string `json:"authHeader,omitempty"`
+
+	// ForwardHeaders Client request headers forwarded upstream besides the default ones:
+	// names, or prefixes ending in "*" (the deployment's forwardHeaders).
+	ForwardHeaders *[]string `json:"forwardHeaders,omitempty"`
 
 	// Name The route name and path prefix (/<name>/v1/...); letters, digits, '.', '_', '-'.
 	Name    string            `json:"name"`
 	Targets *[]string         `json:"targets,omitempty"`
 	Type    ProviderInputType `json:"type"`
 	Url     *string           `json:"url,omitempty"`
+
+	// UsageReportUrl An http(s) URL answering the provider usage report (docs/platform.md,
+	// "Reconciliation"); GET /usage/reconciliation reads it.
+	UsageReportUrl *string `json:"usageReportUrl,omitempty"`
 }
 
 // ProviderInputType defines model for ProviderInput.Type.

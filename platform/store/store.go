@@ -194,6 +194,15 @@ type Provider struct {
 	// AuthHeader is the header the upstream key goes in ("" for the type's
 	// default).
 	AuthHeader string
+	// ForwardHeaders are the client headers forwarded upstream besides the
+	// default ones (deployment.Provider.ForwardHeaders; nil: none).
+	ForwardHeaders []string
+	// ApplicationHeader is the header that carries the caller's
+	// application id upstream ("": none).
+	ApplicationHeader string
+	// UsageReportURL answers the provider's usage report (reconciliation;
+	// "": none).
+	UsageReportURL string
 	// APIKeySealed is the upstream key, encrypted (platform/secrets); nil
 	// when the provider has none.
 	APIKeySealed []byte

@@ -466,6 +466,23 @@ export interface components {
              *     for openai, x-api-key for anthropic. Any other header carries the bare key.
              */
             authHeader?: string;
+            /**
+             * @description Client request headers forwarded upstream besides the default ones:
+             *     names, or prefixes ending in "*" (the deployment's forwardHeaders).
+             */
+            forwardHeaders?: string[];
+            /**
+             * @description A header the gateway sets on every upstream request to the caller's
+             *     application id, replacing any value the client sent for it (the
+             *     deployment's applicationHeader): the provider can count usage per
+             *     application, for reconciliation.
+             */
+            applicationHeader?: string;
+            /**
+             * @description An http(s) URL answering the provider usage report (docs/platform.md,
+             *     "Reconciliation"); GET /usage/reconciliation reads it.
+             */
+            usageReportUrl?: string;
         };
         Provider: {
             id: string;
@@ -475,6 +492,9 @@ export interface components {
             url?: string;
             targets?: string[];
             authHeader: string;
+            forwardHeaders?: string[];
+            applicationHeader?: string;
+            usageReportUrl?: string;
             hasApiKey: boolean;
             /** Format: date-time */
             createdAt: string;
