@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/pgtest"
 	"sluice/platform"
 	"sluice/platform/api"
 	"sluice/policies/builtin"
@@ -35,8 +36,15 @@ type client struct {
 
 func newPlatform(t *testing.T) *client {
 	t.Helper()
+	return newPlatformOn(t, "")
+}
+
+// newPlatformOn is newPlatform on the database at databaseURL (PostgreSQL;
+// "": SQLite in the data directory).
+func newPlatformOn(t *testing.T, databaseURL string) *client {
+	t.Helper()
 	dir := t.TempDir()
-	p, err := platform.Open(context.Background(), platform.Options{DataDir: dir, AdminToken: adminToken, Registry: builtin.Registry()})
+	p, err := platform.Open(context.Background(), platform.Options{DataDir: dir, DatabaseURL: databaseURL, AdminToken: adminToken, Registry: builtin.Registry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +54,15 @@ func newPlatform(t *testing.T) *client {
 		p.Close()
 	})
 	return &client{t: t, url: srv.URL + api.BasePath, token: adminToken, dir: dir, p: p}
+}
+
+// engines runs fn once on a platform over SQLite and once over
+// PostgreSQL (a private cluster or PG_URL's server).
+func engines(t *testing.T, fn func(t *testing.T, c *client)) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	t.Run("sqlite", func(t *testing.T) { fn(t, newPlatformOn(t, "")) })
+	t.Run("postgres", func(t *testing.T) { fn(t, newPlatformOn(t, pg.NewDatabase(t))) })
 }
 
 // do sends body (JSON-encoded unless it is a string or nil) with headers
