@@ -25,7 +25,6 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"sluice/internal/proctest"
 	"sluice/llmapi"
 	"sluice/mockllm"
 )
@@ -112,14 +111,7 @@ type job struct {
 }
 
 func TestMeterReconcilesMixedTraffic(t *testing.T) {
-	bin := sluiceBin.Path(t)
-	mock := proctest.StartMock(t, bin).URL
-	data := t.TempDir()
-	serve := proctest.Start(t, bin, proctest.Spec{Name: "serve", ReadyPath: "/healthz",
-		Env:  withEnv("SLUICE_ADMIN_TOKEN=" + e2eAdminToken),
-		Args: []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data}})
-	gw := gatewayLine(t, serve)
-	a := newAdmin(t, serve.URL)
+	_, gw, a, mock, _ := startServe(t)
 	start := time.Now().UTC().Add(-time.Minute)
 
 	prov := a.create("/providers", map[string]any{"name": "openai", "type": "openai", "url": mock, "apiKey": e2eUpstreamKey,
@@ -274,9 +266,9 @@ func TestMeterReconcilesMixedTraffic(t *testing.T) {
 	// The limit's denials come last, one at a time: per application, a
 	// request whose output is twice the limit (admitted: its estimate is
 	// bounded by the limit's capacity), then one denied request per model.
-	var last []job
+	var final []job
 	for _, app := range []string{"A", "B"} {
-		last = append(last, job{kind: "over the limit", app: app, model: models[0], run: func(ctx context.Context, c openai.Client, j job, _ *string) error {
+		final = append(final, job{kind: "over the limit", app: app, model: models[0], run: func(ctx context.Context, c openai.Client, j job, _ *string) error {
 			r, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: j.model, Messages: msg(j), MaxTokens: openai.Int(2 * limit)})
 			if err != nil {
 				return err
@@ -288,7 +280,7 @@ func TestMeterReconcilesMixedTraffic(t *testing.T) {
 			return nil
 		}})
 		for _, m := range models {
-			last = append(last, job{kind: "limit 429", app: app, model: m, run: refused(http.StatusTooManyRequests)})
+			final = append(final, job{kind: "limit 429", app: app, model: m, run: refused(http.StatusTooManyRequests)})
 		}
 	}
 	jobs = append(jobs, job{kind: "bad key", app: "bad", model: models[0], run: refused(http.StatusUnauthorized)},
@@ -296,25 +288,28 @@ func TestMeterReconcilesMixedTraffic(t *testing.T) {
 
 	// Run the jobs on 6 workers; the SDK's default retries (2, for 429 and
 	// 5xx) are on for every client.
+	errs := make(chan error, len(jobs)+len(final))
+	// run runs j with a client of its own, whose middleware notes the
+	// request id of each answer.
+	run := func(j job) {
+		var last string
+		opts := []option.RequestOption{option.WithBaseURL(gw + "/openai/v1/"), option.WithAPIKey(keys[j.app]),
+			option.WithRequestTimeout(30 * time.Second), option.WithMiddleware(tl.middleware(&last))}
+		if j.kind == "spoofed tenant" {
+			other := map[string]string{"A": apps["B"], "B": apps["A"]}[j.app]
+			opts = append(opts, option.WithHeader(mockllm.DefaultUsageHeader, other))
+		}
+		tl.kind(j.kind)
+		if err := j.run(context.Background(), openai.NewClient(opts...), j, &last); err != nil {
+			errs <- fmt.Errorf("%s %s %s: %w", j.kind, j.app, j.model, err)
+		}
+	}
 	var wg sync.WaitGroup
 	work := make(chan job)
-	errs := make(chan error, len(jobs))
 	for range 6 {
 		wg.Go(func() {
 			for j := range work {
-				var last string
-				c := openai.NewClient(option.WithBaseURL(gw+"/openai/v1/"), option.WithAPIKey(keys[j.app]),
-					option.WithRequestTimeout(30*time.Second), option.WithMiddleware(tl.middleware(&last)))
-				if j.kind == "spoofed tenant" {
-					other := map[string]string{"A": apps["B"], "B": apps["A"]}[j.app]
-					c = openai.NewClient(option.WithBaseURL(gw+"/openai/v1/"), option.WithAPIKey(keys[j.app]),
-						option.WithRequestTimeout(30*time.Second), option.WithMiddleware(tl.middleware(&last)),
-						option.WithHeader(mockllm.DefaultUsageHeader, other), option.WithHeader("x-MOCK-tenant", other))
-				}
-				tl.kind(j.kind)
-				if err := j.run(context.Background(), c, j, &last); err != nil {
-					errs <- fmt.Errorf("%s %s %s: %w", j.kind, j.app, j.model, err)
-				}
+				run(j)
 			}
 		})
 	}
@@ -323,14 +318,8 @@ func TestMeterReconcilesMixedTraffic(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
-	for _, j := range last {
-		var id string
-		c := openai.NewClient(option.WithBaseURL(gw+"/openai/v1/"), option.WithAPIKey(keys[j.app]),
-			option.WithRequestTimeout(30*time.Second), option.WithMiddleware(tl.middleware(&id)))
-		tl.kind(j.kind)
-		if err := j.run(context.Background(), c, j, &id); err != nil {
-			errs <- fmt.Errorf("%s %s %s: %w", j.kind, j.app, j.model, err)
-		}
+	for _, j := range final {
+		run(j)
 	}
 	close(errs)
 	for err := range errs {

@@ -47,7 +47,9 @@ func TestReconcile(t *testing.T) {
 		"key:0123456789ab": {Models: map[string]usage.Reported{"gpt-4o": {Requests: 1, PromptTokens: 5, CompletionTokens: 1}}},
 	}}
 	got := usage.Reconcile(metered, report)
-	c := func(r, p, o int64) usage.Counts { return usage.Counts{Requests: r, PromptTokens: p, CompletionTokens: o} }
+	c := func(r, p, o int64) usage.Counts {
+		return usage.Counts{Requests: r, PromptTokens: p, CompletionTokens: o}
+	}
 	rows := []usage.ReconciliationRow{
 		{Application: "app-a", Model: "gpt-4o", Metered: c(3, 30, 12), Reported: c(3, 30, 12), Delta: c(0, 0, 0)},
 		{Application: "app-a", Model: "gpt-4o-mini", Metered: c(1, 10, 4), Reported: c(1, 10, 6), Delta: c(0, 0, 2)},
