@@ -119,6 +119,12 @@ type Provider struct {
 	// forwards upstream: exact names or prefixes ending in "*", compared
 	// without regard to case.
 	ForwardHeaders []string `yaml:"forwardHeaders"`
+	// ApplicationHeader, when set, is a request header the gateway sets on
+	// every upstream request to the caller's application id (empty for an
+	// unauthenticated request), replacing any value the client sent for it,
+	// even one forwardHeaders would forward: the provider can then count
+	// usage per application (reconciliation, docs/platform.md).
+	ApplicationHeader string `yaml:"applicationHeader"`
 	// Capacity, when set, bounds what the provider runs at once; requests
 	// of routes with the fair-admission policy wait beyond it, in weighted
 	// fair order (nil: no bound, nothing waits).

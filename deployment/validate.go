@@ -211,6 +211,17 @@ func validateProviders(d *Deployment, add func(*Error)) map[string]string {
 				add(d.ErrorAt(field, false, "%s is never forwarded: %s", h, why))
 			}
 		}
+		if h := p.ApplicationHeader; h != "" {
+			field := base + ".applicationHeader"
+			switch {
+			case !headerNameRE.MatchString(h) || strings.Contains(h, "*"):
+				add(d.ErrorAt(field, false, "invalid header name %q: one field name (no pattern)", h))
+			case UnforwardableHeader(h) != "":
+				add(d.ErrorAt(field, false, "%s cannot carry the application: %s", h, UnforwardableHeader(h)))
+			case p.Auth != nil && strings.EqualFold(p.Auth.Header, h):
+				add(d.ErrorAt(field, false, "%s is the provider's auth header", h))
+			}
+		}
 		if p.Timeout < 0 {
 			add(d.ErrorAt(base+".timeout", false, "must be positive"))
 		}

@@ -339,16 +339,23 @@ func noUpstreamKey(t *testing.T, a *admin, provider, data string, keys map[strin
 	}
 }
 
-// `sluice serve`: the platform and its gateway in one process.
-func TestPlatformServeEndToEnd(t *testing.T) {
+// startServe starts `sluice serve` (platform and gateway in one process,
+// data in a temporary directory) and `sluice mock-llm`: the process, the
+// gateway's URL, an admin client, the mock's URL and the data directory.
+func startServe(t *testing.T) (serve *proctest.Proc, gw string, a *admin, mock, data string) {
+	t.Helper()
 	bin := sluiceBin.Path(t)
-	mock := proctest.StartMock(t, bin).URL
-	data := t.TempDir()
-	serve := proctest.Start(t, bin, proctest.Spec{Name: "serve", ReadyPath: "/healthz",
+	mock = proctest.StartMock(t, bin).URL
+	data = t.TempDir()
+	serve = proctest.Start(t, bin, proctest.Spec{Name: "serve", ReadyPath: "/healthz",
 		Env:  withEnv("SLUICE_ADMIN_TOKEN=" + e2eAdminToken),
 		Args: []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", data}})
-	gw := gatewayLine(t, serve)
-	a := newAdmin(t, serve.URL)
+	return serve, gatewayLine(t, serve), newAdmin(t, serve.URL), mock, data
+}
+
+// `sluice serve`: the platform and its gateway in one process.
+func TestPlatformServeEndToEnd(t *testing.T) {
+	serve, gw, a, mock, data := startServe(t)
 	sc := limitScenario(t, a, gw, "local", mock)
 
 	start := a.revokeFirstKey(sc.apps["A"])

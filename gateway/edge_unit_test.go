@@ -56,6 +56,41 @@ func TestUpstreamHeaderAllowlist(t *testing.T) {
 	}
 }
 
+// TestUpstreamApplicationHeader: the provider's application header carries
+// the caller's application id, and a value the client sent for it (in any
+// case, even one forwardHeaders lists) never reaches the provider.
+func TestUpstreamApplicationHeader(t *testing.T) {
+	cases := []struct {
+		name    string
+		app     string
+		client  http.Header
+		forward []string
+		want    []string // the values of X-Mock-Tenant upstream
+	}{
+		{"set from the application", "app-a", http.Header{}, nil, []string{"app-a"}},
+		{"the client's value is replaced", "app-a", http.Header{"X-Mock-Tenant": {"app-b", "app-c"}}, []string{"x-mock-*"}, []string{"app-a"}},
+		{"a non-canonical key from the client is dropped", "app-a", http.Header{"x-mock-tenant": {"app-b"}}, []string{"X-Mock-Tenant"}, []string{"app-a"}},
+		{"unauthenticated: dropped, not set", "", http.Header{"X-Mock-Tenant": {"app-b"}}, []string{"x-mock-*"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &provider{typ: "openai", forward: forwardSet("openai", tc.forward), appHeader: "X-Mock-Tenant"}
+			sh := sharedctx.New("gw-id", "r", "r", "p")
+			sh.Auth.ApplicationID = tc.app
+			out := upstreamHeader(&policies.Call{Shared: sh, Request: &policies.Request{Header: tc.client}}, p)
+			var got []string
+			for k, vs := range out {
+				if strings.EqualFold(k, "X-Mock-Tenant") {
+					got = append(got, vs...)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("X-Mock-Tenant upstream %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestBodyEncoding(t *testing.T) {
 	cases := []struct {
 		values []string

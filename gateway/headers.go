@@ -74,8 +74,10 @@ func forwardSet(typ string, extra []string) headerSet {
 
 // upstreamHeader is the header sent upstream: the client's headers that p
 // forwards (never credentials, cookies, OpenAI-Organization/-Project or
-// framing headers: deployment.UnforwardableHeader), the gateway's request id
-// and the provider's credential. Accept-Encoding is not forwarded, so the
+// framing headers: deployment.UnforwardableHeader, nor p's application
+// header), the gateway's request id, the caller's application id in p's
+// application header (absent for an unauthenticated request) and the
+// provider's credential. Accept-Encoding is not forwarded, so the
 // transport negotiates gzip itself and hands back plain bytes to parse usage
 // from.
 func upstreamHeader(call *policies.Call, p *provider) http.Header {
@@ -83,12 +85,16 @@ func upstreamHeader(call *policies.Call, p *provider) http.Header {
 	conn := connectionTokens(in)
 	out := make(http.Header, 8)
 	for k, vs := range in {
-		if !p.forward.has(k) || deployment.UnforwardableHeader(k) != "" || isHopHeader(k, conn) {
+		if !p.forward.has(k) || deployment.UnforwardableHeader(k) != "" || isHopHeader(k, conn) ||
+			(p.appHeader != "" && textproto.CanonicalMIMEHeaderKey(k) == p.appHeader) {
 			continue
 		}
 		out[k] = vs
 	}
 	out.Set("X-Request-Id", call.Shared.RequestID)
+	if p.appHeader != "" && call.Shared.Auth.ApplicationID != "" {
+		out.Set(p.appHeader, call.Shared.Auth.ApplicationID)
+	}
 	if p.authHeader != "" {
 		out.Set(p.authHeader, p.authValue)
 	}

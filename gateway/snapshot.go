@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"net/textproto"
 	"net/url"
 	"sort"
 	"strings"
@@ -58,6 +59,9 @@ type provider struct {
 	retries    int
 	// forward is the set of client headers sent upstream.
 	forward headerSet
+	// appHeader is the canonical name of the header that carries the
+	// caller's application id upstream ("": none).
+	appHeader string
 }
 
 // buildSnapshot builds a snapshot of d, which passed deployment.Validate: it
@@ -123,6 +127,9 @@ func buildProvider(pc *deployment.Provider) (*provider, error) {
 		retries: *pc.Retries,
 	}
 	p.forward = forwardSet(p.typ, pc.ForwardHeaders)
+	if pc.ApplicationHeader != "" {
+		p.appHeader = textproto.CanonicalMIMEHeaderKey(pc.ApplicationHeader)
+	}
 	if pc.Auth != nil {
 		p.authHeader, p.authValue = pc.Auth.Header, pc.Auth.Value
 	}

@@ -236,7 +236,7 @@ func TestSaturation(t *testing.T) {
 			}
 			for _, tenant := range []string{"A", "B"} {
 				got := u.Tenants[tenant]
-				if got != (TenantUsage{Requests: 1, Completed: 1, PromptTokens: prompt, CompletionTokens: 3}) {
+				if got.Counts != (Counts{Requests: 1, Completed: 1, PromptTokens: prompt, CompletionTokens: 3}) {
 					t.Errorf("%s usage %+v", tenant, got)
 				}
 			}
@@ -284,10 +284,10 @@ func TestCancelFreesCapacity(t *testing.T) {
 	}
 	waitFor(t, func() bool { return getUsage(t, srv).Tenants["A"].Requests == 1 }, "A recorded")
 	u := getUsage(t, srv)
-	if a := u.Tenants["A"]; a != (TenantUsage{Requests: 1, Cancelled: 1, PromptTokens: prompt, CompletionTokens: 2}) {
+	if a := u.Tenants["A"]; a.Counts != (Counts{Requests: 1, Cancelled: 1, PromptTokens: prompt, CompletionTokens: 2}) {
 		t.Errorf("A usage %+v", a)
 	}
-	if b := u.Tenants["B"]; b != (TenantUsage{Requests: 1, Completed: 1, PromptTokens: prompt, CompletionTokens: 4}) {
+	if b := u.Tenants["B"]; b.Counts != (Counts{Requests: 1, Completed: 1, PromptTokens: prompt, CompletionTokens: 4}) {
 		t.Errorf("B usage %+v", b)
 	}
 	if u.Total.Requests != 2 || u.Total.CompletionTokens != 6 {
@@ -325,13 +325,13 @@ func TestUsageWithoutCapacity(t *testing.T) {
 	readBody(t, post(t, srv, "/v1/chat/completions", body, nil))
 	readBody(t, post(t, srv, "/v1/chat/completions", body, map[string]string{HeaderStatus: "503"}))
 	u := getUsage(t, srv)
-	one := TenantUsage{Requests: 1, Completed: 1, PromptTokens: prompt, CompletionTokens: 5}
-	two := TenantUsage{Requests: 2, Completed: 2, PromptTokens: 2 * prompt, CompletionTokens: 10}
-	if len(u.Tenants) != 3 || u.Tenants["team-a"] != one || u.Tenants["anonymous"] != one {
+	one := Counts{Requests: 1, Completed: 1, PromptTokens: prompt, CompletionTokens: 5}
+	two := Counts{Requests: 2, Completed: 2, PromptTokens: 2 * prompt, CompletionTokens: 10}
+	if len(u.Tenants) != 3 || u.Tenants["team-a"].Counts != one || u.Tenants["anonymous"].Counts != one {
 		t.Fatalf("tenants %+v", u.Tenants)
 	}
 	for k, v := range u.Tenants {
-		if strings.HasPrefix(k, "key:") && (v != two || len(k) != len("key:")+12 || strings.Contains(k, "sk-one")) {
+		if strings.HasPrefix(k, "key:") && (v.Counts != two || len(k) != len("key:")+12 || strings.Contains(k, "sk-one")) {
 			t.Fatalf("key tenant %q %+v", k, v)
 		}
 	}
@@ -347,6 +347,54 @@ func TestUsageWithoutCapacity(t *testing.T) {
 	resp.Body.Close()
 	if u := getUsage(t, srv); len(u.Tenants) != 0 || u.Total.Requests != 0 {
 		t.Fatalf("after reset: %+v", u)
+	}
+}
+
+// TestUsageByModel: each tenant's counters are broken down by the model
+// served, the breakdown sums to the tenant's counters, and the tenant's own
+// fields keep their place in the JSON (existing readers are unaffected).
+func TestUsageByModel(t *testing.T) {
+	srv, counter := newServer(t)
+	tenant := map[string]string{DefaultUsageHeader: "team-a"}
+	bodies := map[string]string{
+		"gpt-4o":      `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
+		"gpt-4o-mini": `{"model":"gpt-4o-mini","n":2,"max_tokens":3,"messages":[{"role":"user","content":"hello there"}]}`,
+	}
+	prompt := map[string]int64{}
+	for m, b := range bodies {
+		req, _ := llmapi.Parse(llmapi.ChatCompletions, []byte(b))
+		prompt[m] = counter.EstimatePrompt(req)
+	}
+	readBody(t, post(t, srv, "/v1/chat/completions", bodies["gpt-4o"], tenant))
+	readBody(t, post(t, srv, "/v1/chat/completions", bodies["gpt-4o"], tenant))
+	readBody(t, post(t, srv, "/v1/chat/completions", bodies["gpt-4o-mini"], tenant))
+	readBody(t, post(t, srv, "/v1/chat/completions", bodies["gpt-4o-mini"], map[string]string{DefaultUsageHeader: "team-a", HeaderStatus: "500"}))
+	u := getUsage(t, srv)
+	a := u.Tenants["team-a"]
+	want := map[string]Counts{
+		"gpt-4o":      {Requests: 2, Completed: 2, PromptTokens: 2 * prompt["gpt-4o"], CompletionTokens: 10},
+		"gpt-4o-mini": {Requests: 1, Completed: 1, PromptTokens: prompt["gpt-4o-mini"], CompletionTokens: 6},
+	}
+	if len(a.Models) != len(want) {
+		t.Fatalf("models %+v", a.Models)
+	}
+	var sum Counts
+	for m, w := range want {
+		if a.Models[m] != w {
+			t.Errorf("%s: %+v, want %+v", m, a.Models[m], w)
+		}
+		sum.add(w)
+	}
+	if a.Counts != sum || u.Total != sum {
+		t.Errorf("tenant %+v total %+v, want the models' sum %+v", a.Counts, u.Total, sum)
+	}
+	resp, err := srv.Client().Get(srv.URL + "/mock/usage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := readBody(t, resp)
+	if gjson.GetBytes(raw, "tenants.team-a.requests").Int() != 3 || gjson.GetBytes(raw, "tenants.team-a.models.gpt-4o.completion_tokens").Int() != 10 {
+		t.Fatalf("JSON shape: %s", raw)
 	}
 }
 

@@ -257,7 +257,7 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 		}
 		tenant := s.usage.tenant(r.Header)
 		defer func() {
-			u := TenantUsage{Requests: 1, CompletionTokens: c.written}
+			u := Counts{Requests: 1, CompletionTokens: c.written}
 			if c.prompted {
 				u.PromptTokens = c.prompt
 			}
@@ -266,7 +266,7 @@ func (s *server) handler(ep llmapi.Endpoint) http.HandlerFunc {
 			} else {
 				u.Cancelled = 1
 			}
-			s.usage.record(tenant, u)
+			s.usage.record(tenant, req.Model, u)
 		}()
 		if !req.Stream || ep == llmapi.Embeddings {
 			if c.dropAfter >= 0 {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 )
@@ -14,8 +13,8 @@ import (
 // GET /mock/usage (Options.UsageHeader overrides it).
 const DefaultUsageHeader = "X-Mock-Tenant"
 
-// TenantUsage is what the mock served one tenant.
-type TenantUsage struct {
+// Counts are what the mock served: one tenant, one of its models, or all.
+type Counts struct {
 	// Requests counts requests the mock accepted (a valid body, no
 	// x-mock-status fault).
 	Requests int64 `json:"requests"`
@@ -32,7 +31,7 @@ type TenantUsage struct {
 	CompletionTokens int64 `json:"completion_tokens"`
 }
 
-func (u *TenantUsage) add(o TenantUsage) {
+func (u *Counts) add(o Counts) {
 	u.Requests += o.Requests
 	u.Completed += o.Completed
 	u.Cancelled += o.Cancelled
@@ -40,29 +39,38 @@ func (u *TenantUsage) add(o TenantUsage) {
 	u.CompletionTokens += o.CompletionTokens
 }
 
-// Usage is the body of GET /mock/usage.
+// TenantUsage is what the mock served one tenant: its counts, and the same
+// by model (the model the mock reported serving: the request's).
+type TenantUsage struct {
+	Counts
+	Models map[string]Counts `json:"models"`
+}
+
+// Usage is the body of GET /mock/usage: counters since the start or the
+// last DELETE (no period).
 type Usage struct {
 	// Tenants is by tenant: the usage header's value, else "key:" and the
 	// first 12 hex digits of the SHA-256 of the request's API key
 	// (Authorization bearer or x-api-key), else "anonymous".
 	Tenants map[string]TenantUsage `json:"tenants"`
-	Total   TenantUsage            `json:"total"`
+	Total   Counts                 `json:"total"`
 	// Engine is the saturable model's state (absent without a capacity).
 	Engine *EngineStats `json:"engine,omitempty"`
 }
 
-// usageBook counts what each tenant was served.
+// usageBook counts what each tenant was served, by model. Safe for
+// concurrent use.
 type usageBook struct {
 	header string
 	mu     sync.Mutex
-	byKey  map[string]*TenantUsage
+	byKey  map[string]map[string]*Counts // tenant, model
 }
 
 func newUsageBook(header string) *usageBook {
 	if header == "" {
 		header = DefaultUsageHeader
 	}
-	return &usageBook{header: header, byKey: map[string]*TenantUsage{}}
+	return &usageBook{header: header, byKey: map[string]map[string]*Counts{}}
 }
 
 // tenant names the tenant of a request.
@@ -81,14 +89,19 @@ func (b *usageBook) tenant(h http.Header) string {
 	return "key:" + hex.EncodeToString(sum[:6])
 }
 
-func (b *usageBook) record(tenant string, u TenantUsage) {
+func (b *usageBook) record(tenant, model string, u Counts) {
 	b.mu.Lock()
 	t := b.byKey[tenant]
 	if t == nil {
-		t = &TenantUsage{}
+		t = map[string]*Counts{}
 		b.byKey[tenant] = t
 	}
-	t.add(u)
+	m := t[model]
+	if m == nil {
+		m = &Counts{}
+		t[model] = m
+	}
+	m.add(u)
 	b.mu.Unlock()
 }
 
@@ -96,21 +109,21 @@ func (b *usageBook) snapshot() Usage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	u := Usage{Tenants: make(map[string]TenantUsage, len(b.byKey))}
-	keys := make([]string, 0, len(b.byKey))
-	for k := range b.byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		u.Tenants[k] = *b.byKey[k]
-		u.Total.add(*b.byKey[k])
+	for k, models := range b.byKey {
+		t := TenantUsage{Models: make(map[string]Counts, len(models))}
+		for m, c := range models {
+			t.Models[m] = *c
+			t.add(*c)
+		}
+		u.Tenants[k] = t
+		u.Total.add(t.Counts)
 	}
 	return u
 }
 
 func (b *usageBook) reset() {
 	b.mu.Lock()
-	b.byKey = map[string]*TenantUsage{}
+	b.byKey = map[string]map[string]*Counts{}
 	b.mu.Unlock()
 }
 

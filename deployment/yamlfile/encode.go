@@ -101,6 +101,12 @@ func tree(d *deployment.Deployment, str func(string) any) yaml.MapSlice {
 		if p.Retries != nil {
 			o.add("retries", *p.Retries)
 		}
+		if len(p.ForwardHeaders) > 0 {
+			o.add("forwardHeaders", strs(p.ForwardHeaders, str))
+		}
+		if p.ApplicationHeader != "" {
+			o.add("applicationHeader", str(p.ApplicationHeader))
+		}
 		if c := p.Capacity; c != nil {
 			var co obj
 			if c.MaxConcurrent != 0 {

@@ -23,6 +23,7 @@ func doc() *deployment.Deployment {
 		APIVersion: deployment.APIVersion,
 		Providers: []deployment.Provider{{Name: "openai", Type: "openai", URL: "http://127.0.0.1:9000",
 			Auth: &deployment.Auth{Header: "Authorization", Value: "Bearer sk-${NOT_A_VAR}$$"}, Retries: &retries,
+			ForwardHeaders: []string{"x-mock-*", "X-Trace"}, ApplicationHeader: "X-Mock-Tenant",
 			Capacity: &deployment.Capacity{MaxConcurrent: 8, MaxTokensInFlight: 1 << 40}}},
 		Applications: []deployment.Application{{ID: "app-1", Name: strings.Join(tricky, "|"),
 			Keys:      []deployment.APIKey{{ID: "k1", Hash: deployment.HashKey("x"), ExpiresAt: &exp}},

@@ -172,6 +172,21 @@ func TestConfigurationThatCannotWork(t *testing.T) {
 			marker: "OpenAI-Organization]", field: "providers[0].forwardHeaders[0]", msg: "OpenAI-Organization is never forwarded",
 		},
 		{
+			name:   "applicationHeader is a pattern",
+			doc:    refuseDoc("    applicationHeader: x-mock-*\n", "", ""),
+			marker: "x-mock-*", field: "providers[0].applicationHeader", msg: "one field name (no pattern)",
+		},
+		{
+			name:   "applicationHeader is a credential",
+			doc:    refuseDoc("    applicationHeader: Authorization\n", "", ""),
+			marker: "Authorization", field: "providers[0].applicationHeader", msg: "Authorization cannot carry the application",
+		},
+		{
+			name:   "applicationHeader is the gateway's request id",
+			doc:    refuseDoc("    applicationHeader: x-request-id\n", "", ""),
+			marker: "x-request-id", field: "providers[0].applicationHeader", msg: "the gateway sends its own request id",
+		},
+		{
 			name:   "forwardHeaders star alone",
 			doc:    refuseDoc("    forwardHeaders: [\"*\"]\n", "", ""),
 			marker: `"*"]`, field: "providers[0].forwardHeaders[0]", msg: `"*" alone is not allowed`,
@@ -279,7 +294,7 @@ func TestConfigurationThatWorks(t *testing.T) {
       - name: model-access
         params: {perApplication: {app-a: ["gpt-4o"], app-b: []}}
 `, ""),
-		"a path before /v1 and forwarded prefixes": strings.Replace(refuseDoc("    forwardHeaders: [x-mock-*, X-Trace-Id]\n", "", ""),
+		"a path before /v1 and forwarded prefixes": strings.Replace(refuseDoc("    forwardHeaders: [x-mock-*, X-Trace-Id]\n    applicationHeader: X-Mock-Tenant\n", "", ""),
 			"url: http://127.0.0.1:9000", "url: https://gateway.example.com/v1beta/openai", 1),
 		"redis url with options the store leaves alone": refuseDoc("", "", "counters:\n  backend: redis\n  redis: {url: \"rediss://user:pw@10.0.0.1:6380/2?client_name=sluice&skip_verify=false\"}\n"),
 		"redis cluster addrs with credentials":          refuseDoc("", "", "counters:\n  backend: redis\n  redis: {addrs: [\"a:1\", \"b:2\"], username: u, password: p, tls: true}\n"),

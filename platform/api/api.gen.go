@@ -677,15 +677,18 @@ type Problem struct {
 
 // Provider defines model for Provider.
 type Provider struct {
-	AuthHeader string       `json:"authHeader"`
-	CreatedAt  time.Time    `json:"createdAt"`
-	HasApiKey  bool         `json:"hasApiKey"`
-	Id         string       `json:"id"`
-	Name       string       `json:"name"`
-	Targets    *[]string    `json:"targets,omitempty"`
-	Type       ProviderType `json:"type"`
-	UpdatedAt  time.Time    `json:"updatedAt"`
-	Url        *string      `json:"url,omitempty"`
+	ApplicationHeader *string      `json:"applicationHeader,omitempty"`
+	AuthHeader        string       `json:"authHeader"`
+	CreatedAt         time.Time    `json:"createdAt"`
+	ForwardHeaders    *[]string    `json:"forwardHeaders,omitempty"`
+	HasApiKey         bool         `json:"hasApiKey"`
+	Id                string       `json:"id"`
+	Name              string       `json:"name"`
+	Targets           *[]string    `json:"targets,omitempty"`
+	Type              ProviderType `json:"type"`
+	UpdatedAt         time.Time    `json:"updatedAt"`
+	Url               *string      `json:"url,omitempty"`
+	UsageReportUrl    *string      `json:"usageReportUrl,omitempty"`
 }
 
 // ProviderType defines model for Provider.Type.
@@ -709,15 +712,29 @@ type ProviderInput struct {
 	// ApiKey The upstream key; stored encrypted, never returned.
 	ApiKey *string `json:"apiKey,omitempty"`
 
+	// ApplicationHeader A header the gateway sets on every upstream request to the caller's
+	// application id, replacing any value the client sent for it (the
+	// deployment's applicationHeader): the provider can count usage per
+	// application, for reconciliation.
+	ApplicationHeader *string `json:"applicationHeader,omitempty"`
+
 	// AuthHeader The header the key is sent in. Default: Authorization ("Bearer <key>")
 	// for openai, x-api-key for anthropic. Any other header carries the bare key.
 	AuthHeader *string `json:"authHeader,omitempty"`
+
+	// ForwardHeaders Client request headers forwarded upstream besides the default ones:
+	// names, or prefixes ending in "*" (the deployment's forwardHeaders).
+	ForwardHeaders *[]string `json:"forwardHeaders,omitempty"`
 
 	// Name The route name and path prefix (/<name>/v1/...); letters, digits, '.', '_', '-'.
 	Name    string            `json:"name"`
 	Targets *[]string         `json:"targets,omitempty"`
 	Type    ProviderInputType `json:"type"`
 	Url     *string           `json:"url,omitempty"`
+
+	// UsageReportUrl An http(s) URL answering the provider usage report (docs/platform.md,
+	// "Reconciliation"); GET /usage/reconciliation reads it.
+	UsageReportUrl *string `json:"usageReportUrl,omitempty"`
 }
 
 // ProviderInputType defines model for ProviderInput.Type.
@@ -741,6 +758,41 @@ type RateLimits struct {
 
 	// Consumer One of global (one counter across every resource) or perResource.
 	Consumer *RateLimitScope `json:"consumer,omitempty"`
+}
+
+// ReconciledUsage Requests that reached the provider's model, and their tokens. A delta is reported minus metered.
+type ReconciledUsage struct {
+	CompletionTokens int64 `json:"completionTokens"`
+	PromptTokens     int64 `json:"promptTokens"`
+	Requests         int64 `json:"requests"`
+}
+
+// ReconciliationRow defines model for ReconciliationRow.
+type ReconciliationRow struct {
+	// Application The application id ("" for metered requests without one; a tenant the provider reports).
+	Application string `json:"application"`
+
+	// Delta Requests that reached the provider's model, and their tokens. A delta is reported minus metered.
+	Delta ReconciledUsage `json:"delta"`
+
+	// Metered Requests that reached the provider's model, and their tokens. A delta is reported minus metered.
+	Metered ReconciledUsage `json:"metered"`
+	Model   string          `json:"model"`
+
+	// Reported Requests that reached the provider's model, and their tokens. A delta is reported minus metered.
+	Reported ReconciledUsage `json:"reported"`
+}
+
+// ReconciliationTotals defines model for ReconciliationTotals.
+type ReconciliationTotals struct {
+	// Delta Requests that reached the provider's model, and their tokens. A delta is reported minus metered.
+	Delta ReconciledUsage `json:"delta"`
+
+	// Metered Requests that reached the provider's model, and their tokens. A delta is reported minus metered.
+	Metered ReconciledUsage `json:"metered"`
+
+	// Reported Requests that reached the provider's model, and their tokens. A delta is reported minus metered.
+	Reported ReconciledUsage `json:"reported"`
 }
 
 // Reset minute and hour: a token bucket of duration units; day and week: the
@@ -779,6 +831,20 @@ type UsageIngestResult struct {
 
 	// Expired Records older than the usage retention, skipped.
 	Expired int `json:"expired"`
+}
+
+// UsageReconciliation defines model for UsageReconciliation.
+type UsageReconciliation struct {
+	From time.Time `json:"from"`
+
+	// Mismatches The rows whose delta is not zero (empty when the two agree).
+	Mismatches []ReconciliationRow `json:"mismatches"`
+	Provider   string              `json:"provider"`
+
+	// Rows One row per application and model metered or reported, ordered by application then model.
+	Rows   []ReconciliationRow  `json:"rows"`
+	To     time.Time            `json:"to"`
+	Totals ReconciliationTotals `json:"totals"`
 }
 
 // UsageRecord One request's usage record (docs/meter.md#fields), every field present.
@@ -1016,6 +1082,18 @@ type GetUsageParams struct {
 // GetUsageParamsBucket defines parameters for GetUsage.
 type GetUsageParamsBucket string
 
+// GetUsageReconciliationParams defines parameters for GetUsageReconciliation.
+type GetUsageReconciliationParams struct {
+	// Provider The provider's name.
+	Provider string `form:"provider" json:"provider"`
+
+	// From Records received by the gateway at or after this instant (default 24 hours before `to`); within the raw records' retention.
+	From *time.Time `form:"from,omitempty" json:"from,omitempty"`
+
+	// To Records received by the gateway before this instant (default now).
+	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
+}
+
 // ListUsageRecordsParams defines parameters for ListUsageRecords.
 type ListUsageRecordsParams struct {
 	// Application Only this application's usage.
@@ -1184,6 +1262,9 @@ type ServerInterface interface {
 
 	// (GET /usage)
 	GetUsage(ctx echo.Context, params GetUsageParams) error
+
+	// (GET /usage/reconciliation)
+	GetUsageReconciliation(ctx echo.Context, params GetUsageReconciliationParams) error
 
 	// (GET /usage/records)
 	ListUsageRecords(ctx echo.Context, params ListUsageRecordsParams) error
@@ -1854,6 +1935,38 @@ func (w *ServerInterfaceWrapper) GetUsage(ctx echo.Context) error {
 	return err
 }
 
+// GetUsageReconciliation converts echo context to params.
+func (w *ServerInterfaceWrapper) GetUsageReconciliation(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetUsageReconciliationParams
+	// ------------- Required query parameter "provider" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "provider", ctx.QueryParams(), &params.Provider, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter provider: %s", err))
+	}
+
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", ctx.QueryParams(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter from: %s", err))
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", ctx.QueryParams(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter to: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetUsageReconciliation(ctx, params)
+	return err
+}
+
 // ListUsageRecords converts echo context to params.
 func (w *ServerInterfaceWrapper) ListUsageRecords(ctx echo.Context) error {
 	var err error
@@ -2020,6 +2133,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/audit", wrapper.ListAudit, options.OperationMiddlewares["listAudit"]...)
 	router.GET(options.BaseURL+"/usage", wrapper.GetUsage, options.OperationMiddlewares["getUsage"]...)
 	router.GET(options.BaseURL+"/usage/records", wrapper.ListUsageRecords, options.OperationMiddlewares["listUsageRecords"]...)
+	router.GET(options.BaseURL+"/usage/reconciliation", wrapper.GetUsageReconciliation, options.OperationMiddlewares["getUsageReconciliation"]...)
 	router.GET(options.BaseURL+"/gateway/deployment", wrapper.PollDeployment, options.OperationMiddlewares["pollDeployment"]...)
 	router.POST(options.BaseURL+"/gateway/status", wrapper.ReportStatus, options.OperationMiddlewares["reportStatus"]...)
 	router.POST(options.BaseURL+"/gateway/usage", wrapper.IngestUsage, options.OperationMiddlewares["ingestUsage"]...)

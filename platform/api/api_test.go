@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/pgtest"
 	"sluice/platform"
 	"sluice/platform/api"
 	"sluice/policies/builtin"
@@ -35,8 +36,15 @@ type client struct {
 
 func newPlatform(t *testing.T) *client {
 	t.Helper()
+	return newPlatformOn(t, "")
+}
+
+// newPlatformOn is newPlatform on the database at databaseURL (PostgreSQL;
+// "": SQLite in the data directory).
+func newPlatformOn(t *testing.T, databaseURL string) *client {
+	t.Helper()
 	dir := t.TempDir()
-	p, err := platform.Open(context.Background(), platform.Options{DataDir: dir, AdminToken: adminToken, Registry: builtin.Registry()})
+	p, err := platform.Open(context.Background(), platform.Options{DataDir: dir, DatabaseURL: databaseURL, AdminToken: adminToken, Registry: builtin.Registry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +54,15 @@ func newPlatform(t *testing.T) *client {
 		p.Close()
 	})
 	return &client{t: t, url: srv.URL + api.BasePath, token: adminToken, dir: dir, p: p}
+}
+
+// engines runs fn once on a platform over SQLite and once over
+// PostgreSQL (a private cluster or PG_URL's server).
+func engines(t *testing.T, fn func(t *testing.T, c *client)) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	t.Run("sqlite", func(t *testing.T) { fn(t, newPlatformOn(t, "")) })
+	t.Run("postgres", func(t *testing.T) { fn(t, newPlatformOn(t, pg.NewDatabase(t))) })
 }
 
 // do sends body (JSON-encoded unless it is a string or nil) with headers
@@ -622,6 +639,10 @@ func TestProviderValidation(t *testing.T) {
 		{map[string]any{"name": "p2", "type": "openai", "url": "http://user:pw@a"}, "$.url"},
 		{map[string]any{"name": "p2", "type": "openai", "url": "http://a", "authHeader": "bad header"}, "$.authHeader"},
 		{map[string]any{"name": "p2", "type": "openai", "url": "http://a", "apiKey": "two\nlines"}, "$.apiKey"},
+		{map[string]any{"name": "p2", "type": "openai", "url": "http://a", "applicationHeader": "x-mock-*"}, "$.applicationHeader"},
+		{map[string]any{"name": "p2", "type": "openai", "url": "http://a", "applicationHeader": "Authorization"}, "$.applicationHeader"},
+		{map[string]any{"name": "p2", "type": "openai", "url": "http://a", "forwardHeaders": []string{"x-mock-*", "cookie"}}, "$.forwardHeaders[1]"},
+		{map[string]any{"name": "p2", "type": "openai", "url": "http://a", "usageReportUrl": "/mock/usage"}, "$.usageReportUrl"},
 	}
 	for _, tt := range tests {
 		e := c.fail(422, "POST", "/providers", tt.body)
@@ -640,6 +661,37 @@ func TestProviderValidation(t *testing.T) {
 	c.must(200, "GET", "/providers", nil, &list)
 	if len(list.Providers) != 1 {
 		t.Fatalf("%d providers", len(list.Providers))
+	}
+}
+
+// The provider's usage fields are stored, returned, and reach the
+// generated deployment.
+func TestProviderUsageFields(t *testing.T) {
+	c := newPlatform(t)
+	in := map[string]any{"name": "p", "type": "openai", "url": "http://127.0.0.1:9", "forwardHeaders": []string{"x-mock-*"},
+		"applicationHeader": "X-Mock-Tenant", "usageReportUrl": "http://127.0.0.1:9/mock/usage"}
+	var p api.Provider
+	c.must(201, "POST", "/providers", in, &p)
+	if p.ApplicationHeader == nil || *p.ApplicationHeader != "X-Mock-Tenant" || p.UsageReportUrl == nil ||
+		*p.UsageReportUrl != "http://127.0.0.1:9/mock/usage" || p.ForwardHeaders == nil || strings.Join(*p.ForwardHeaders, ",") != "x-mock-*" {
+		t.Fatalf("created %+v", p)
+	}
+	var got api.Provider
+	c.must(200, "GET", "/providers/"+p.Id, nil, &got)
+	if got.ApplicationHeader == nil || *got.ApplicationHeader != *p.ApplicationHeader || got.UsageReportUrl == nil ||
+		*got.UsageReportUrl != *p.UsageReportUrl || got.ForwardHeaders == nil || strings.Join(*got.ForwardHeaders, ",") != "x-mock-*" {
+		t.Fatalf("read back %+v", got)
+	}
+	var dep api.ProviderDeployment
+	c.must(200, "GET", "/providers/"+p.Id+"/deployment", nil, &dep)
+	if !strings.Contains(dep.Yaml, "applicationHeader: X-Mock-Tenant") || !strings.Contains(dep.Yaml, "x-mock-*") {
+		t.Fatalf("deployment:\n%s", dep.Yaml)
+	}
+	// An update without them removes them.
+	got = api.Provider{}
+	c.must(200, "PUT", "/providers/"+p.Id, map[string]any{"name": "p", "type": "openai", "url": "http://127.0.0.1:9"}, &got)
+	if got.ApplicationHeader != nil || got.UsageReportUrl != nil || got.ForwardHeaders != nil {
+		t.Fatalf("after update %+v", got)
 	}
 }
 

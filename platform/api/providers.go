@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -26,7 +27,33 @@ func toProvider(p store.Provider) Provider {
 	if len(p.Targets) > 0 {
 		out.Targets = ptr(append([]string(nil), p.Targets...))
 	}
+	if len(p.ForwardHeaders) > 0 {
+		out.ForwardHeaders = ptr(append([]string(nil), p.ForwardHeaders...))
+	}
+	if p.ApplicationHeader != "" {
+		out.ApplicationHeader = ptr(p.ApplicationHeader)
+	}
+	if p.UsageReportURL != "" {
+		out.UsageReportUrl = ptr(p.UsageReportURL)
+	}
 	return out
+}
+
+// usageReportURLProblem says what is wrong with s as a usageReportUrl, or
+// returns "".
+func usageReportURLProblem(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "invalid URL: " + err.Error()
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "want an absolute http:// or https:// URL"
+	case u.Host == "":
+		return "the URL has no host"
+	case u.Fragment != "":
+		return "the URL must not have a fragment"
+	}
+	return ""
 }
 
 func (s *Server) ListProviders(c echo.Context) error {
@@ -72,6 +99,19 @@ func (s *Server) applyInput(p *store.Provider, in ProviderInput) error {
 	p.AuthHeader = ""
 	if in.AuthHeader != nil {
 		p.AuthHeader = *in.AuthHeader
+	}
+	p.ForwardHeaders, p.ApplicationHeader, p.UsageReportURL = nil, "", ""
+	if in.ForwardHeaders != nil && len(*in.ForwardHeaders) > 0 {
+		p.ForwardHeaders = *in.ForwardHeaders
+	}
+	if in.ApplicationHeader != nil {
+		p.ApplicationHeader = *in.ApplicationHeader
+	}
+	if in.UsageReportUrl != nil {
+		p.UsageReportURL = *in.UsageReportUrl
+		if msg := usageReportURLProblem(p.UsageReportURL); msg != "" {
+			return invalid([]Problem{problem("$.usageReportUrl", "%s", msg)})
+		}
 	}
 	if in.ApiKey != nil {
 		if *in.ApiKey == "" {

@@ -70,6 +70,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// HTTPClient fetches the providers' usage reports (default: a client
+	// of its own with net/http's default transport settings).
+	HTTPClient *http.Client
 }
 
 // Server implements ServerInterface. Safe for concurrent use.
@@ -84,6 +87,8 @@ type Server struct {
 	ops      map[string]*operation
 	specJSON []byte
 	checker  *policies.Checker
+	// httpClient fetches provider usage reports.
+	httpClient *http.Client
 }
 
 var _ ServerInterface = (*Server)(nil)
@@ -107,8 +112,12 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
 	return &Server{store: o.Store, box: o.Box, hub: o.Hub, reg: o.Registry, usage: o.Usage, log: o.Logger, now: o.Now,
-		ops: indexOperations(spec, BasePath), specJSON: specJSON, checker: policies.NewChecker(o.Registry)}, nil
+		ops: indexOperations(spec, BasePath), specJSON: specJSON, checker: policies.NewChecker(o.Registry),
+		httpClient: o.HTTPClient}, nil
 }
 
 // Register adds the API's routes under BasePath to e, behind guard, and

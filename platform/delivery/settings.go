@@ -105,7 +105,8 @@ func GuardrailEntry(g store.Guardrail) (generate.Guardrail, error) {
 
 // ProviderSettings converts a stored provider (without its guardrails).
 func ProviderSettings(p store.Provider, sec Secrets) (generate.Provider, error) {
-	out := generate.Provider{ID: p.ID, Name: p.Name, Type: p.Type, URL: p.URL, Targets: p.Targets}
+	out := generate.Provider{ID: p.ID, Name: p.Name, Type: p.Type, URL: p.URL, Targets: p.Targets,
+		ForwardHeaders: p.ForwardHeaders, ApplicationHeader: p.ApplicationHeader}
 	if len(out.Targets) == 0 {
 		out.Targets = nil
 	}

@@ -61,9 +61,13 @@ type Provider struct {
 	URL     string
 	Targets []string
 	// Auth is the credential header sent upstream (nil: none).
-	Auth       *deployment.Auth
-	RateLimits RateLimits
-	Guardrails []Guardrail
+	Auth *deployment.Auth
+	// ForwardHeaders and ApplicationHeader are copied to the document's
+	// provider as they are (deployment.Provider).
+	ForwardHeaders    []string
+	ApplicationHeader string
+	RateLimits        RateLimits
+	Guardrails        []Guardrail
 }
 
 // Guardrail is a raw policy entry.
@@ -148,6 +152,7 @@ func Generate(s Settings) (*Result, error) {
 		}
 		d.Providers = append(d.Providers, deployment.Provider{
 			Name: p.Name, Type: p.Type, URL: p.URL, Targets: p.Targets, Auth: p.Auth,
+			ForwardHeaders: p.ForwardHeaders, ApplicationHeader: p.ApplicationHeader,
 		})
 		apps := append([]string{}, granted[p.ID]...)
 		sort.Strings(apps)

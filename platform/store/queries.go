@@ -174,19 +174,26 @@ func (t *sqlTx) SetAdminTokenHash(ctx context.Context, a AdminToken) error {
 
 // --- providers
 
-const providerCols = `id, name, type, url, targets, auth_header, api_key_sealed, rate_limits, rate_limits_rev, guardrails_rev, created_at, updated_at`
+const providerCols = `id, name, type, url, targets, auth_header, api_key_sealed, rate_limits, rate_limits_rev, guardrails_rev, created_at, updated_at,
+	forward_headers, application_header, usage_report_url`
 
 func scanProvider(row interface{ Scan(...any) error }) (Provider, error) {
 	var p Provider
-	var targets, limits string
+	var targets, limits, forward string
 	var created, updated int64
 	err := row.Scan(&p.ID, &p.Name, &p.Type, &p.URL, &targets, &p.AuthHeader, &p.APIKeySealed, &limits,
-		&p.RateLimitsRev, &p.GuardrailsRev, &created, &updated)
+		&p.RateLimitsRev, &p.GuardrailsRev, &created, &updated, &forward, &p.ApplicationHeader, &p.UsageReportURL)
 	if err != nil {
 		return Provider{}, err
 	}
 	if err := json.Unmarshal([]byte(targets), &p.Targets); err != nil {
 		return Provider{}, fmt.Errorf("provider %s: targets: %w", p.ID, err)
+	}
+	if err := json.Unmarshal([]byte(forward), &p.ForwardHeaders); err != nil {
+		return Provider{}, fmt.Errorf("provider %s: forward headers: %w", p.ID, err)
+	}
+	if len(p.ForwardHeaders) == 0 {
+		p.ForwardHeaders = nil
 	}
 	if limits != "" {
 		p.RateLimits = []byte(limits)
@@ -195,6 +202,7 @@ func scanProvider(row interface{ Scan(...any) error }) (Provider, error) {
 	return p, nil
 }
 
+// targetsJSON is a list of strings as a JSON array ([] for nil).
 func targetsJSON(ts []string) string {
 	if ts == nil {
 		ts = []string{}
@@ -236,16 +244,18 @@ func (t *sqlTx) GetProvider(ctx context.Context, id string) (Provider, error) {
 }
 
 func (t *sqlTx) InsertProvider(ctx context.Context, p Provider) error {
-	_, err := t.exec(ctx, `INSERT INTO providers (`+providerCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+	_, err := t.exec(ctx, `INSERT INTO providers (`+providerCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		p.ID, p.Name, p.Type, p.URL, targetsJSON(p.Targets), p.AuthHeader, p.APIKeySealed, string(p.RateLimits),
-		p.RateLimitsRev, p.GuardrailsRev, us(p.CreatedAt), us(p.UpdatedAt))
+		p.RateLimitsRev, p.GuardrailsRev, us(p.CreatedAt), us(p.UpdatedAt),
+		targetsJSON(p.ForwardHeaders), p.ApplicationHeader, p.UsageReportURL)
 	return err
 }
 
 func (t *sqlTx) UpdateProvider(ctx context.Context, p Provider) error {
 	return t.execOne(ctx, `UPDATE providers SET name = $2, type = $3, url = $4, targets = $5, auth_header = $6,
-		api_key_sealed = $7, updated_at = $8 WHERE id = $1`,
-		p.ID, p.Name, p.Type, p.URL, targetsJSON(p.Targets), p.AuthHeader, p.APIKeySealed, us(p.UpdatedAt))
+		api_key_sealed = $7, updated_at = $8, forward_headers = $9, application_header = $10, usage_report_url = $11 WHERE id = $1`,
+		p.ID, p.Name, p.Type, p.URL, targetsJSON(p.Targets), p.AuthHeader, p.APIKeySealed, us(p.UpdatedAt),
+		targetsJSON(p.ForwardHeaders), p.ApplicationHeader, p.UsageReportURL)
 }
 
 func (t *sqlTx) DeleteProvider(ctx context.Context, id string) error {

@@ -166,6 +166,11 @@ type Tx interface {
 	QueryUsage(ctx context.Context, q UsageQuery) ([]UsageRollup, error)
 	// ListUsageRecords returns at most q.Limit raw records, newest first.
 	ListUsageRecords(ctx context.Context, q RecordQuery) ([]UsageRecord, error)
+	// MeteredUsage sums provider's raw records with from <= ts < to that
+	// have a usage source (the request reached the provider's model), by
+	// application and served model (the requested model when the record
+	// has none), ordered by both.
+	MeteredUsage(ctx context.Context, provider string, from, to time.Time) ([]MeteredUsage, error)
 
 	// Audit log, newest first.
 	InsertAudit(ctx context.Context, e AuditEntry) (int64, error)
@@ -194,6 +199,15 @@ type Provider struct {
 	// AuthHeader is the header the upstream key goes in ("" for the type's
 	// default).
 	AuthHeader string
+	// ForwardHeaders are the client headers forwarded upstream besides the
+	// default ones (deployment.Provider.ForwardHeaders; nil: none).
+	ForwardHeaders []string
+	// ApplicationHeader is the header that carries the caller's
+	// application id upstream ("": none).
+	ApplicationHeader string
+	// UsageReportURL answers the provider's usage report (reconciliation;
+	// "": none).
+	UsageReportURL string
 	// APIKeySealed is the upstream key, encrypted (platform/secrets); nil
 	// when the provider has none.
 	APIKeySealed []byte

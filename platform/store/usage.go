@@ -469,6 +469,28 @@ func (t *sqlTx) ListUsageRecords(ctx context.Context, q RecordQuery) ([]UsageRec
 	return queryAll(ctx, t, scanUsageRecord, b.String(), args...)
 }
 
+// MeteredUsage is what the meter counted of one application and model:
+// requests that reached the provider's model and their tokens.
+type MeteredUsage struct {
+	Application      string
+	Model            string
+	Requests         int64
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+func (t *sqlTx) MeteredUsage(ctx context.Context, provider string, from, to time.Time) ([]MeteredUsage, error) {
+	return queryAll(ctx, t, func(rows *sql.Rows) (MeteredUsage, error) {
+		var m MeteredUsage
+		err := rows.Scan(&m.Application, &m.Model, &m.Requests, &m.PromptTokens, &m.CompletionTokens)
+		return m, err
+	}, `SELECT application, CASE WHEN served_model <> '' THEN served_model ELSE requested_model END AS m,
+		COUNT(*), SUM(prompt_tokens), SUM(completion_tokens) FROM usage_records
+		WHERE ts >= $1 AND ts < $2 AND provider = $3 AND usage_source <> $4
+		GROUP BY application, m ORDER BY application, m`,
+		us(from), us(to), provider, meter.UsageNone.String())
+}
+
 // --- maintenance of the raw table (Store methods: DDL and batched deletes
 // run in transactions of their own)
 

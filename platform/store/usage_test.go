@@ -284,3 +284,58 @@ func TestDeleteUsageBefore(t *testing.T) {
 		}
 	})
 }
+
+// TestMeteredUsage: the sums by application and served model of one
+// provider's records with a usage source in [from, to), checked against the
+// same sums computed from the records.
+func TestMeteredUsage(t *testing.T) {
+	engines(t, func(t *testing.T, s store.Store) {
+		ctx := context.Background()
+		if err := s.EnsureUsagePartitions(ctx, day0, day0.AddDate(0, 0, 2)); err != nil {
+			t.Fatal(err)
+		}
+		recs := usagetest.Random(rand.New(rand.NewPCG(3, 4)), usagetest.Small(), 2000, "r", "gw-1", day0, 48*time.Hour)
+		// A record without a served model counts under its requested one.
+		recs[0].Provider, recs[0].ServedModel, recs[0].UsageSource, recs[0].Time = "provider-0", "", meter.UsageCounted, day0.Add(7*time.Hour)
+		insertUsage(t, s, stored(recs, day0))
+		from, to := day0.Add(6*time.Hour), day0.Add(30*time.Hour)
+		want := map[[2]string]store.MeteredUsage{}
+		for _, r := range recs {
+			if r.Provider != "provider-0" || r.UsageSource == meter.UsageNone || r.Time.Before(from) || !r.Time.Before(to) {
+				continue
+			}
+			model := r.ServedModel
+			if model == "" {
+				model = r.RequestedModel
+			}
+			m := want[[2]string{r.Application, model}]
+			m.Application, m.Model = r.Application, model
+			m.Requests++
+			m.PromptTokens += r.PromptTokens
+			m.CompletionTokens += r.CompletionTokens
+			want[[2]string{r.Application, model}] = m
+		}
+		got := read(t, s, func(ctx context.Context, tx store.Tx) ([]store.MeteredUsage, error) {
+			return tx.MeteredUsage(ctx, "provider-0", from, to)
+		})
+		if len(got) != len(want) || len(got) < 4 {
+			t.Fatalf("%d rows, want %d", len(got), len(want))
+		}
+		for i, g := range got {
+			if w := want[[2]string{g.Application, g.Model}]; g != w {
+				t.Errorf("%s %s: %+v, want %+v", g.Application, g.Model, g, w)
+			}
+			if i > 0 && (got[i-1].Application > g.Application || got[i-1].Application == g.Application && got[i-1].Model >= g.Model) {
+				t.Errorf("rows out of order at %d", i)
+			}
+		}
+		got = read(t, s, func(ctx context.Context, tx store.Tx) ([]store.MeteredUsage, error) {
+			return tx.MeteredUsage(ctx, "provider-0", to, to.Add(time.Hour))
+		})
+		for _, g := range got {
+			if g.Requests == 0 {
+				t.Errorf("an empty row %+v", g)
+			}
+		}
+	})
+}

@@ -363,6 +363,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/usage/reconciliation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Compares, per application and model, what the meter counted for one
+         *     provider over [from, to) with what the provider reports
+         *     (docs/platform.md, "Reconciliation"). Metered: the raw records of
+         *     the provider with a usage source (the request reached the
+         *     provider's model), by application and served model (the requested
+         *     model when none was reported). Reported: the provider's
+         *     `usageReportUrl`, fetched with `from` and `to` in its query, in the
+         *     provider usage report format. Every row whose delta is not zero is
+         *     also listed in `mismatches`.
+         */
+        get: operations["getUsageReconciliation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/gateway/deployment": {
         parameters: {
             query?: never;
@@ -466,6 +493,23 @@ export interface components {
              *     for openai, x-api-key for anthropic. Any other header carries the bare key.
              */
             authHeader?: string;
+            /**
+             * @description Client request headers forwarded upstream besides the default ones:
+             *     names, or prefixes ending in "*" (the deployment's forwardHeaders).
+             */
+            forwardHeaders?: string[];
+            /**
+             * @description A header the gateway sets on every upstream request to the caller's
+             *     application id, replacing any value the client sent for it (the
+             *     deployment's applicationHeader): the provider can count usage per
+             *     application, for reconciliation.
+             */
+            applicationHeader?: string;
+            /**
+             * @description An http(s) URL answering the provider usage report (docs/platform.md,
+             *     "Reconciliation"); GET /usage/reconciliation reads it.
+             */
+            usageReportUrl?: string;
         };
         Provider: {
             id: string;
@@ -475,6 +519,9 @@ export interface components {
             url?: string;
             targets?: string[];
             authHeader: string;
+            forwardHeaders?: string[];
+            applicationHeader?: string;
+            usageReportUrl?: string;
             hasApiKey: boolean;
             /** Format: date-time */
             createdAt: string;
@@ -872,6 +919,40 @@ export interface components {
             duplicates: number;
             /** @description Records older than the usage retention, skipped. */
             expired: number;
+        };
+        UsageReconciliation: {
+            provider: string;
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            /** @description One row per application and model metered or reported, ordered by application then model. */
+            rows: components["schemas"]["ReconciliationRow"][];
+            /** @description The rows whose delta is not zero (empty when the two agree). */
+            mismatches: components["schemas"]["ReconciliationRow"][];
+            totals: components["schemas"]["ReconciliationTotals"];
+        };
+        ReconciliationRow: {
+            /** @description The application id ("" for metered requests without one; a tenant the provider reports). */
+            application: string;
+            model: string;
+            metered: components["schemas"]["ReconciledUsage"];
+            reported: components["schemas"]["ReconciledUsage"];
+            delta: components["schemas"]["ReconciledUsage"];
+        };
+        ReconciliationTotals: {
+            metered: components["schemas"]["ReconciledUsage"];
+            reported: components["schemas"]["ReconciledUsage"];
+            delta: components["schemas"]["ReconciledUsage"];
+        };
+        /** @description Requests that reached the provider's model, and their tokens. A delta is reported minus metered. */
+        ReconciledUsage: {
+            /** Format: int64 */
+            requests: number;
+            /** Format: int64 */
+            promptTokens: number;
+            /** Format: int64 */
+            completionTokens: number;
         };
     };
     responses: {
@@ -1703,6 +1784,34 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["UsageRecordPage"];
                     "text/csv": string;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getUsageReconciliation: {
+        parameters: {
+            query: {
+                /** @description The provider's name. */
+                provider: string;
+                /** @description Records received by the gateway at or after this instant (default 24 hours before `to`); within the raw records' retention. */
+                from?: string;
+                /** @description Records received by the gateway before this instant (default now). */
+                to?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The comparison. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReconciliation"];
                 };
             };
             default: components["responses"]["Error"];

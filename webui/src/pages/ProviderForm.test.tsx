@@ -31,6 +31,17 @@ describe("ProviderForm", () => {
     expect(onSubmit).toHaveBeenLastCalledWith(expect.objectContaining({ apiKey: "sk-new" }));
   });
 
+  it("keeps the fields it does not edit", async () => {
+    const user = userEvent.setup();
+    const onSubmit = vi.fn(async () => {});
+    const withUsage: Provider = { ...provider, forwardHeaders: ["x-mock-*"], applicationHeader: "X-Mock-Tenant", usageReportUrl: "http://127.0.0.1:9000/mock/usage" };
+    renderUI(<ProviderForm provider={withUsage} submitLabel="Save" onSubmit={onSubmit} />);
+    await user.click(screen.getByRole("button", { name: "Save" }));
+    expect(onSubmit).toHaveBeenLastCalledWith(
+      expect.objectContaining({ forwardHeaders: ["x-mock-*"], applicationHeader: "X-Mock-Tenant", usageReportUrl: "http://127.0.0.1:9000/mock/usage" }),
+    );
+  });
+
   it("removes the key with an empty apiKey", async () => {
     const user = userEvent.setup();
     const onSubmit = vi.fn(async () => {});

@@ -60,6 +60,11 @@ export function ProviderForm({
     if (mode === "url") input.url = url.trim();
     else input.targets = targets.split("\n").map((t) => t.trim()).filter(Boolean);
     if (authHeader.trim()) input.authHeader = authHeader.trim();
+    // Fields the form does not edit (set through the API) are kept: a PUT
+    // without them would remove them.
+    if (provider?.forwardHeaders?.length) input.forwardHeaders = provider.forwardHeaders;
+    if (provider?.applicationHeader) input.applicationHeader = provider.applicationHeader;
+    if (provider?.usageReportUrl) input.usageReportUrl = provider.usageReportUrl;
     if (keyAction === "set") {
       if (apiKey) input.apiKey = apiKey;
     } else if (keyAction === "remove") input.apiKey = "";
