@@ -78,6 +78,13 @@ type Options struct {
 	Observer Observer
 	// RateWindow is the time constant of the release measurements (0: DefaultRateWindow).
 	RateWindow time.Duration
+	// Ledger, when set, shares every target's capacity with the other
+	// replicas of the deployment: the scheduler admits up to its lease (see
+	// CapacityLedger), renewed in the background, and Close releases it.
+	// nil: this process has each target's whole capacity.
+	Ledger CapacityLedger
+	// Leases are the lease timings and failure mode (with Ledger only).
+	Leases LeaseOptions
 }
 
 // Ticket is a request asking to start on a target.
@@ -106,13 +113,18 @@ type Scheduler struct {
 	obs   Observer
 	tau   float64 // RateWindow in seconds
 
-	mu      sync.Mutex // serialises Configure
+	ledger CapacityLedger // nil: no leases
+	lopts  LeaseOptions
+
+	mu      sync.Mutex // serialises Configure and Close
+	closed  bool       // Close was called: no new leases
 	targets atomic.Pointer[map[string]*target]
 }
 
 // New returns a scheduler enforcing cfg.
 func New(cfg Config, opts Options) (*Scheduler, error) {
-	s := &Scheduler{clock: opts.Clock, obs: opts.Observer, tau: opts.RateWindow.Seconds()}
+	s := &Scheduler{clock: opts.Clock, obs: opts.Observer, tau: opts.RateWindow.Seconds(),
+		ledger: opts.Ledger, lopts: opts.Leases.withDefaults()}
 	if s.clock == nil {
 		s.clock = clock.Real
 	}
