@@ -25,6 +25,7 @@ import (
 
 	"sluice/admission"
 	"sluice/admission/admissionprom"
+	"sluice/admission/redisledger"
 	"sluice/counter"
 	"sluice/counter/counterconfig"
 	"sluice/deployment"
@@ -169,13 +170,30 @@ func (g *Gateway) services(d *deployment.Deployment, s *Services) error {
 		s.Tokens = tokencount.New()
 		s.Tokens.Warm()
 	}
+	if d.Counters.Backend == counterconfig.Redis {
+		// go-redis logs through a process-wide logger; the wiring
+		// points it at the gateway's when it builds a Redis client.
+		redis.SetLogger(&counterconfig.RedisClientLogger{Logger: s.Logger, Interval: 10 * time.Second})
+	}
 	if s.Admission == nil {
 		// Configured by Apply; the process-lifetime metrics are registered
 		// here, once, not by the chains that reload.
 		events := admissionprom.NewEvents()
-		sched, err := admission.New(admission.Config{}, admission.Options{Observer: events})
+		opts := admission.Options{Observer: events}
+		closeClient, err := g.capacityLedger(d, &opts)
 		if err != nil {
 			return err
+		}
+		sched, err := admission.New(admission.Config{}, opts)
+		if err != nil {
+			if closeClient != nil {
+				_ = closeClient()
+			}
+			return err
+		}
+		if closeClient != nil {
+			// The leases are released before the client closes.
+			g.owned = append(g.owned, sched.Close, closeClient)
 		}
 		if err := s.Metrics.Register(events); err != nil {
 			return err
@@ -186,11 +204,6 @@ func (g *Gateway) services(d *deployment.Deployment, s *Services) error {
 		s.Admission = sched
 	}
 	if s.Counters == nil {
-		if d.Counters.Backend == counterconfig.Redis {
-			// go-redis logs through a process-wide logger; the wiring
-			// points it at the gateway's when it builds a Redis store.
-			redis.SetLogger(&counterconfig.RedisClientLogger{Logger: s.Logger, Interval: 10 * time.Second})
-		}
 		st, err := counterconfig.New(d.Counters, counterconfig.Options{Logger: s.Logger, Metrics: s.Metrics, Now: s.Now})
 		if err != nil {
 			return err
@@ -200,6 +213,25 @@ func (g *Gateway) services(d *deployment.Deployment, s *Services) error {
 		s.Logger.Info("counter store", counterconfig.Describe(d.Counters)...)
 	}
 	return nil
+}
+
+// capacityLedger sets o's capacity ledger when d's counters are Redis: the
+// replicas then share each provider's capacity through leases in that
+// Redis (docs/fairness.md). It returns the close of the Redis client it
+// made (nil with none), to run after the scheduler's Close.
+func (g *Gateway) capacityLedger(d *deployment.Deployment, o *admission.Options) (func() error, error) {
+	if d.Counters.Backend != counterconfig.Redis {
+		return nil, nil
+	}
+	client, err := counterconfig.RedisClient(d.Counters)
+	if err != nil {
+		return nil, err
+	}
+	r := d.Counters.Redis
+	o.Ledger = redisledger.New(redisledger.Options{Client: client, KeyPrefix: r.KeyPrefix})
+	o.Leases = admission.LeaseOptions{TTL: r.CapacityLeases.TTL.D(), Renew: r.CapacityLeases.Renew.D(),
+		QueuedRenew: r.CapacityLeases.QueuedRenew.D(), FailClosed: r.FailureMode == "closed"}
+	return client.Close, nil
 }
 
 // Apply applies d like gateway.Gateway.Apply; when d's counters section
