@@ -17,10 +17,14 @@
 -- renew drops every expired lease, water-fills each bounded dimension of the
 -- capacity over the live replicas' demands (this one's included), grants
 -- this replica min(entitlement, capacity - the other live leases) and
--- records max(grant, min(held, that free part)): what it still holds stays
--- counted until it ends, so the sum of the live recorded leases never
--- exceeds the capacity. The hash lives at least twice the TTL past the
--- last renewal. Reply: {granted requests, granted tokens, entitlement
+-- records max(grant, held): what it still holds stays counted until it
+-- ends. A replica holds no more than its last recorded lease, so the sum of
+-- the live leases never exceeds the capacity; the one exception is a
+-- replica whose lease expired while its requests ran (a replica cut off
+-- from Redis longer than the TTL): it is recorded with what it really
+-- holds, above the capacity if need be, so that the others are granted
+-- nothing more until it drains. The hash lives at least twice the TTL past
+-- the last renewal. Reply: {granted requests, granted tokens, entitlement
 -- requests, entitlement tokens, live replicas}.
 -- release deletes the replica's field. Reply: 1 if it was there.
 
@@ -36,7 +40,7 @@ if not now then
   now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 end
 local cap = {tonumber(ARGV[3]), tonumber(ARGV[4])}
-local held = {tonumber(ARGV[5]), tonumber(ARGV[6])}
+local held = {max(tonumber(ARGV[5]), 0), max(tonumber(ARGV[6]), 0)}
 local dem = {tonumber(ARGV[7]), tonumber(ARGV[8])}
 local ttl = tonumber(ARGV[9])
 
@@ -101,7 +105,7 @@ for k = 1, 2 do
     local free = max(cap[k] - others, 0)
     ent[k] = waterfill(k)
     granted[k] = min(ent[k], free)
-    rec[k] = max(granted[k], min(max(held[k], 0), free))
+    rec[k] = max(granted[k], held[k])
   end
 end
 redis.call('HSET', key, me, rec[1] .. '|' .. rec[2] .. '|' .. dem[1] .. '|' .. dem[2] .. '|' .. (now + ttl))

@@ -122,6 +122,18 @@ func TestExpiryReturnsSlots(t *testing.T) {
 	if _, ok := recs["r0"]; ok || len(recs) != 1 {
 		t.Fatalf("leases after expiry: %+v; want a's dropped", recs)
 	}
+	// a was only cut off and still runs its 4: it is recorded with them,
+	// and neither is granted more until they end.
+	if got := renew(t, a, capy, reqs(4), reqs(4)); got.Granted.Requests != 0 || got.Replicas != 2 {
+		t.Fatalf("a back after its lease expired: %+v", got)
+	}
+	if got := renew(t, b, capy, reqs(4), reqs(4)); got.Granted.Requests != 0 {
+		t.Fatalf("b beside a replica that outlived its lease: %+v; want nothing more granted", got)
+	}
+	renew(t, a, capy, reqs(0), reqs(0))
+	if got := renew(t, b, capy, reqs(4), reqs(4)); got.Granted.Requests != 4 {
+		t.Fatalf("b once a drained: %+v", got)
+	}
 	// Release returns the lease at once.
 	if err := b.Release(context.Background(), "vllm"); err != nil {
 		t.Fatal(err)
