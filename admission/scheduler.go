@@ -45,6 +45,16 @@
 // of the counters), over the rate at which capacity frees (requests and
 // tokens in flight over their mean holding time, measured on releases).
 //
+// # Several replicas
+//
+// With Options.Ledger, the replicas of a deployment share each target's
+// capacity: a request fits when it fits this replica's lease, which one
+// goroutine per target renews in the background (every LeaseOptions.Renew,
+// faster while capacity should change hands); Admit never waits on the
+// ledger. A replica over its entitlement admits nothing beyond it and gives
+// the excess back as requests end. An expired lease falls back to the
+// failure mode (LeaseOptions.FailClosed). Close releases the leases.
+//
 // # Contract with the caller
 //
 // Every Grant with Tracked() true must get exactly one Done, once the

@@ -6,7 +6,9 @@
 // gateway is put together in one place.
 //
 // The wiring owns the services it creates: Gateway.Close closes the counter
-// store it built (the fair-admission scheduler holds nothing to close). A
+// store it built, and the fair-admission scheduler it built when the counters
+// are Redis (its capacity leases are released, then their Redis client
+// closed; otherwise the scheduler holds nothing to close). A
 // service handed in through Services stays the caller's. Import rule: app imports the gateway and the
 // platform; nothing but cmd, tests and the bench programs import app.
 package app
