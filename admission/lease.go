@@ -123,24 +123,21 @@ func (t *target) renewLoop(ls *leaseState, prev <-chan struct{}) {
 		t.mu.Lock()
 		timer := arm(t.applyLease(ls, l, err, sent)) // armed before Snapshot shows the renewal
 		t.mu.Unlock()
-		select {
-		case <-ls.stop:
-			timer.Stop()
-			t.releaseLease()
-			return
-		case <-wake:
-			continue
-		case <-ls.kick:
-			timer.Stop()
-		}
-		// Kicked: renew now, but no sooner than QueuedRenew after the last.
-		timer = arm(sent.Add(o.QueuedRenew).Sub(s.clock.Now()))
-		select {
-		case <-ls.stop:
-			timer.Stop()
-			t.releaseLease()
-			return
-		case <-wake:
+	wait:
+		for kick := ls.kick; ; {
+			select {
+			case <-ls.stop:
+				timer.Stop()
+				t.releaseLease()
+				return
+			case <-wake:
+				break wait
+			case <-kick:
+				// Renew now, but no sooner than QueuedRenew after the last.
+				timer.Stop()
+				timer = arm(sent.Add(o.QueuedRenew).Sub(s.clock.Now()))
+				kick = nil
+			}
 		}
 	}
 }

@@ -50,49 +50,51 @@ func renew(t *testing.T, l *Ledger, capy admission.Capacity, held, demand admiss
 
 func reqs(n int64) admission.Amount { return admission.Amount{Requests: n} }
 
+// step is one renewal of a scripted sequence: replica who (index) renews
+// with held and demand requests after the clock moved by advance ms; the
+// reply must match the wanted fields (-1: any).
+type step struct {
+	what                   string
+	who                    int
+	advance                int64
+	held, demand           int64
+	granted, ent, replicas int64
+}
+
+func runSteps(t *testing.T, ls []*Ledger, now *int64, capy admission.Capacity, steps []step) {
+	t.Helper()
+	for _, st := range steps {
+		*now += st.advance
+		got := renew(t, ls[st.who], capy, reqs(st.held), reqs(st.demand))
+		for _, c := range []struct{ got, want int64 }{{got.Granted.Requests, st.granted},
+			{got.Entitlement.Requests, st.ent}, {int64(got.Replicas), st.replicas}} {
+			if c.want >= 0 && c.got != c.want {
+				t.Fatalf("%s: %+v; want granted %d, entitlement %d, replicas %d (-1: any)", st.what, got, st.granted, st.ent, st.replicas)
+			}
+		}
+	}
+}
+
 func TestFairSplit(t *testing.T) {
 	now := int64(1_000_000)
 	ls := testLedgers(t, 2, &now)
-	a, b := ls[0], ls[1]
-	capy := admission.Capacity{MaxConcurrent: 6}
-
-	// Alone, a is entitled to everything.
-	if got := renew(t, a, capy, reqs(0), reqs(10)); got.Granted.Requests != 6 || got.Entitlement.Requests != 6 || got.Replicas != 1 {
-		t.Fatalf("a alone: %+v", got)
-	}
-	// b arrives with demand: entitled to half, granted nothing yet (a's lease covers everything).
-	if got := renew(t, b, capy, reqs(0), reqs(10)); got.Granted.Requests != 0 || got.Entitlement.Requests != 3 || got.Replicas != 2 {
-		t.Fatalf("b arriving: %+v", got)
-	}
-	// a holds 6: entitled to 3, granted 3; its 6 stay recorded until they end.
-	if got := renew(t, a, capy, reqs(6), reqs(10)); got.Granted.Requests != 3 || got.Entitlement.Requests != 3 {
-		t.Fatalf("a over its entitlement: %+v", got)
-	}
-	if got := renew(t, b, capy, reqs(0), reqs(10)); got.Granted.Requests != 0 {
-		t.Fatalf("b before a gave back: %+v", got)
-	}
-	// a's requests end down to 3: b gets its 3.
-	renew(t, a, capy, reqs(3), reqs(10))
-	if got := renew(t, b, capy, reqs(0), reqs(10)); got.Granted.Requests != 3 {
-		t.Fatalf("b after a gave back: %+v", got)
-	}
-	// Unequal demand: a wants 1, b the rest.
-	renew(t, a, capy, reqs(1), reqs(1))
-	if got := renew(t, b, capy, reqs(3), reqs(10)); got.Granted.Requests != 5 || got.Entitlement.Requests != 5 {
-		t.Fatalf("b with a wanting 1: %+v", got)
-	}
-	// Below capacity, what nobody demands is divided equally (remainder by id).
-	if got := renew(t, a, capy, reqs(1), reqs(1)); got.Entitlement.Requests != 1 || got.Granted.Requests != 1 {
-		t.Fatalf("a: %+v", got) // b holds 5 of it for now
-	}
-	renew(t, b, capy, reqs(2), reqs(2))
-	if got := renew(t, a, capy, reqs(1), reqs(1)); got.Entitlement.Requests != 3 || got.Granted.Requests != 3 {
-		t.Fatalf("a with idle capacity: %+v; want 1 + 2 of the 3 idle", got)
-	}
+	runSteps(t, ls, &now, admission.Capacity{MaxConcurrent: 6}, []step{
+		{what: "a alone is entitled to everything", who: 0, demand: 10, granted: 6, ent: 6, replicas: 1},
+		{what: "b arriving: half, nothing granted while a's lease covers all", who: 1, demand: 10, granted: 0, ent: 3, replicas: 2},
+		{what: "a holding 6: granted 3, its 6 recorded until they end", who: 0, held: 6, demand: 10, granted: 3, ent: 3, replicas: 2},
+		{what: "b before a gave back", who: 1, demand: 10, granted: 0, ent: 3, replicas: 2},
+		{what: "a's requests end down to 3", who: 0, held: 3, demand: 10, granted: 3, ent: 3, replicas: 2},
+		{what: "b after a gave back", who: 1, demand: 10, granted: 3, ent: 3, replicas: 2},
+		{what: "a wants 1", who: 0, held: 1, demand: 1, granted: 1, ent: 1, replicas: 2},
+		{what: "b gets the rest", who: 1, held: 3, demand: 10, granted: 5, ent: 5, replicas: 2},
+		{what: "a again: b holds 5 of it for now", who: 0, held: 1, demand: 1, granted: 1, ent: 1, replicas: 2},
+		{what: "b wants 2: 2 + 1 of the 3 idle", who: 1, held: 2, demand: 2, granted: 3, ent: 3, replicas: 2},
+		{what: "a: 1 + 2 of the 3 idle (the remainder by id)", who: 0, held: 1, demand: 1, granted: 3, ent: 3, replicas: 2},
+	})
 	// Tokens are leased on their own.
 	tc := admission.Capacity{MaxConcurrent: 10, MaxTokensInFlight: 1000}
-	renew(t, a, tc, admission.Amount{}, admission.Amount{Requests: 1, Tokens: 900})
-	if got := renew(t, b, tc, admission.Amount{}, admission.Amount{Requests: 1, Tokens: 200}); got.Entitlement.Tokens != 200 {
+	renew(t, ls[0], tc, admission.Amount{}, admission.Amount{Requests: 1, Tokens: 900})
+	if got := renew(t, ls[1], tc, admission.Amount{}, admission.Amount{Requests: 1, Tokens: 200}); got.Entitlement.Tokens != 200 {
 		t.Fatalf("tokens: %+v; want an entitlement of b's demand, 200 of 1000 (a wants 900)", got)
 	}
 }
@@ -100,47 +102,34 @@ func TestFairSplit(t *testing.T) {
 func TestExpiryReturnsSlots(t *testing.T) {
 	now := int64(1_000_000)
 	ls := testLedgers(t, 2, &now)
-	a, b := ls[0], ls[1]
 	capy := admission.Capacity{MaxConcurrent: 4}
-	renew(t, a, capy, reqs(0), reqs(4))
-	renew(t, a, capy, reqs(4), reqs(4))
-	if got := renew(t, b, capy, reqs(0), reqs(4)); got.Granted.Requests != 0 {
-		t.Fatalf("b while a holds everything: %+v", got)
-	}
-	now += 999 // a's lease (TTL 1 s) still live
-	if got := renew(t, b, capy, reqs(0), reqs(4)); got.Granted.Requests != 0 || got.Replicas != 2 {
-		t.Fatalf("b before a's lease expired: %+v", got)
-	}
-	now += 1 // a died: its lease expired
-	if got := renew(t, b, capy, reqs(0), reqs(4)); got.Granted.Requests != 4 || got.Replicas != 1 {
-		t.Fatalf("b after a's lease expired: %+v", got)
-	}
-	recs, err := b.Leases(context.Background(), "vllm")
+	runSteps(t, ls, &now, capy, []step{
+		{what: "a takes everything", who: 0, demand: 4, granted: 4, ent: -1, replicas: 1},
+		{what: "a holds everything", who: 0, held: 4, demand: 4, granted: 4, ent: -1, replicas: 1},
+		{what: "b while a holds everything", who: 1, demand: 4, granted: 0, ent: 2, replicas: 2},
+		{what: "b before a's lease (TTL 1 s) expired", who: 1, advance: 999, demand: 4, granted: 0, ent: 2, replicas: 2},
+		{what: "b after a died", who: 1, advance: 1, demand: 4, granted: 4, ent: 4, replicas: 1},
+	})
+	recs, err := ls[1].Leases(context.Background(), "vllm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := recs["r0"]; ok || len(recs) != 1 {
 		t.Fatalf("leases after expiry: %+v; want a's dropped", recs)
 	}
-	// a was only cut off and still runs its 4: it is recorded with them,
-	// and neither is granted more until they end.
-	if got := renew(t, a, capy, reqs(4), reqs(4)); got.Granted.Requests != 0 || got.Replicas != 2 {
-		t.Fatalf("a back after its lease expired: %+v", got)
-	}
-	if got := renew(t, b, capy, reqs(4), reqs(4)); got.Granted.Requests != 0 {
-		t.Fatalf("b beside a replica that outlived its lease: %+v; want nothing more granted", got)
-	}
-	renew(t, a, capy, reqs(0), reqs(0))
-	if got := renew(t, b, capy, reqs(4), reqs(4)); got.Granted.Requests != 4 {
-		t.Fatalf("b once a drained: %+v", got)
-	}
+	runSteps(t, ls, &now, capy, []step{
+		// a was only cut off and still runs its 4: it is recorded with
+		// them, and neither is granted more until they end.
+		{what: "a back after its lease expired", who: 0, held: 4, demand: 4, granted: 0, ent: -1, replicas: 2},
+		{what: "b beside a replica that outlived its lease", who: 1, held: 4, demand: 4, granted: 0, ent: -1, replicas: 2},
+		{what: "a drained", who: 0, granted: 0, ent: 0, replicas: 2},
+		{what: "b once a drained", who: 1, held: 4, demand: 4, granted: 4, ent: 4, replicas: 2},
+	})
 	// Release returns the lease at once.
-	if err := b.Release(context.Background(), "vllm"); err != nil {
+	if err := ls[1].Release(context.Background(), "vllm"); err != nil {
 		t.Fatal(err)
 	}
-	if got := renew(t, a, capy, reqs(0), reqs(4)); got.Granted.Requests != 4 || got.Replicas != 1 {
-		t.Fatalf("a after b released: %+v", got)
-	}
+	runSteps(t, ls, &now, capy, []step{{what: "a after b released", who: 0, demand: 4, granted: 4, ent: 4, replicas: 1}})
 }
 
 // TestSumWithinCapacity runs replicas concurrently, each starting requests
