@@ -145,9 +145,11 @@ func TestFairAdmissionReplicas(t *testing.T) {
 			ended++
 		}
 	}
+	handover := time.Now()
 	waitFor(t, e, n, "both replicas served", func() bool {
 		return inFlight(t, gw1) == n/2 && inFlight(t, gw2) == n/2 && e.usage().Engine.RunningSequences == n
 	})
+	t.Logf("replica 2 ran its half %v after replica 1's requests ended (queuedRenew 50ms)", time.Since(handover).Round(time.Millisecond))
 
 	// Replica 1 dies: its slots come back to replica 2 within the TTL.
 	gw1.Signal(t, syscall.SIGKILL)

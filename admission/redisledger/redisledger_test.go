@@ -220,3 +220,31 @@ func TestSumWithinCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestCluster: on Redis Cluster, leases of targets in different slots work
+// through the cluster client (each target's hash is one key, hash-tagged),
+// with the script's own clock (redis TIME).
+func TestCluster(t *testing.T) {
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.StartCluster(t, 3)})
+	t.Cleanup(func() { _ = client.Close() })
+	prefix := redistest.KeyPrefix(t)
+	a := New(Options{Client: client, KeyPrefix: prefix, Replica: "a"})
+	b := New(Options{Client: client, KeyPrefix: prefix, Replica: "b"})
+	capy := admission.Capacity{MaxConcurrent: 4}
+	ctx := context.Background()
+	for _, target := range []string{"vllm", "tgi", "openai", "anthropic"} {
+		r := admission.LeaseRequest{Target: target, Capacity: capy, Demand: reqs(4), TTL: time.Minute}
+		if got, err := a.Renew(ctx, r); err != nil || got.Granted.Requests != 4 {
+			t.Fatalf("%s: a: %+v %v", target, got, err)
+		}
+		if got, err := b.Renew(ctx, r); err != nil || got.Granted.Requests != 0 || got.Entitlement.Requests != 2 || got.Replicas != 2 {
+			t.Fatalf("%s: b: %+v %v", target, got, err)
+		}
+		if err := a.Release(ctx, target); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := b.Renew(ctx, r); err != nil || got.Granted.Requests != 4 || got.Replicas != 1 {
+			t.Fatalf("%s: b after a released: %+v %v", target, got, err)
+		}
+	}
+}
