@@ -294,3 +294,48 @@ func TestLeaseReleased(t *testing.T) {
 		t.Fatal("admitted after Close")
 	}
 }
+
+// TestLeaseRenewalPeriod: a replica renews every Renew, and every
+// QueuedRenew while capacity should change hands: it holds more than its
+// entitlement, or has queued work its grant does not cover.
+func TestLeaseRenewalPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		held   int   // requests admitted under a first grant of 4
+		queued int   // requests queued after the second answer
+		second Lease // the second renewal's answer
+		err    error
+		want   time.Duration
+	}{
+		{"idle within its entitlement", 0, 0, grant(4, 0, 2), nil, leaseOpts.Renew},
+		{"busy within its entitlement", 2, 0, grant(2, 0, 2), nil, leaseOpts.Renew},
+		{"above its entitlement", 3, 0, grant(2, 0, 2), nil, leaseOpts.QueuedRenew},
+		{"granted less than its entitlement, nothing queued", 2, 0, Lease{Granted: Amount{Requests: 2}, Entitlement: Amount{Requests: 3}, Replicas: 2}, nil, leaseOpts.Renew},
+		{"renewal failed, nothing queued", 0, 0, Lease{}, errLedgerDown, leaseOpts.Renew},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newLeaseHarness(t, Capacity{MaxConcurrent: 4}, leaseOpts)
+			h.renew(grant(4, 0, 1), nil)
+			for range tc.held {
+				h.admit(Ticket{Target: "t", App: "a"})
+			}
+			h.clk.Advance(leaseOpts.Renew)
+			h.renew(tc.second, tc.err)
+			next, ok := h.clk.Next()
+			if got := next.Sub(h.clk.Now()); !ok || got != tc.want {
+				t.Fatalf("next renewal in %v; want %v", got, tc.want)
+			}
+		})
+	}
+	// Queued work the grant does not cover: the fast period.
+	h := newLeaseHarness(t, Capacity{MaxConcurrent: 4}, leaseOpts)
+	h.renew(grant(1, 0, 2), nil)
+	h.admit(Ticket{Target: "t", App: "a"})
+	h.queue(Ticket{Target: "t", App: "a"})
+	h.clk.Advance(leaseOpts.QueuedRenew) // the queued request's wake-up
+	h.renew(grant(1, 0, 2), nil)
+	next, _ := h.clk.Next()
+	if got := next.Sub(h.clk.Now()); got != leaseOpts.QueuedRenew {
+		t.Fatalf("next renewal with work queued beyond the grant in %v; want %v", got, leaseOpts.QueuedRenew)
+	}
+}
