@@ -86,6 +86,35 @@ func waitFor(t *testing.T, e *fairEnv, n int, what string, cond func() bool) {
 	}
 }
 
+// startLeasedPair starts the mock (n sequences) and two gateways sharing
+// its capacity n through Redis at url, with failureMode mode, and waits
+// until each sees the other.
+func startLeasedPair(t *testing.T, n int, url, mode string) (e *fairEnv, gw1, gw2 *proctest.Proc) {
+	t.Helper()
+	bin := sluiceBin.Path(t)
+	mock := proctest.Start(t, bin, proctest.Spec{Name: "mock-llm", ReadyPath: "/healthz",
+		Args: []string{"mock-llm", "--listen", "127.0.0.1:0", "--capacity", fmt.Sprintf("sequences=%d,kv=0,prefill=0,decode=0", n)}})
+	e = &fairEnv{t: t, mock: mock, config: filepath.Join(t.TempDir(), "deployment.yaml"),
+		http: &http.Client{Timeout: 60 * time.Second}}
+	t.Cleanup(e.http.CloseIdleConnections)
+	counters := fmt.Sprintf(`  backend: redis
+  redis:
+    url: %s
+    keyPrefix: %q
+    failureMode: %s
+    capacityLeases: {ttl: %s, renew: 500ms, queuedRenew: 50ms}`, url, redistest.KeyPrefix(t), mode, leaseTTL)
+	if err := os.WriteFile(e.config, []byte(fairDocCounters(mock.URL, fmt.Sprintf("{maxConcurrent: %d}", n), "", counters)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw1 = proctest.StartGateway(t, bin, "gateway-1", "--config", e.config, "--log-level", "warn")
+	gw2 = proctest.StartGateway(t, bin, "gateway-2", "--config", e.config, "--log-level", "warn")
+	e.gw = gw1
+	waitFor(t, e, n, "both replicas see each other", func() bool {
+		return leaseGauge(t, gw1, "sluice_admission_lease_replicas") == 2 && leaseGauge(t, gw2, "sluice_admission_lease_replicas") == 2
+	})
+	return e, gw1, gw2
+}
+
 // TestFairAdmissionReplicas: the two gateways together never run more than
 // the capacity at the engine; a loaded replica alone takes the whole
 // capacity, a second one loaded gets its half as the first one's requests
@@ -93,28 +122,7 @@ func waitFor(t *testing.T, e *fairEnv, n int, what string, cond func() bool) {
 // to the other within the lease TTL.
 func TestFairAdmissionReplicas(t *testing.T) {
 	const n = 4
-	bin := sluiceBin.Path(t)
-	url, prefix := redistest.URL(t), redistest.KeyPrefix(t)
-	mock := proctest.Start(t, bin, proctest.Spec{Name: "mock-llm", ReadyPath: "/healthz",
-		Args: []string{"mock-llm", "--listen", "127.0.0.1:0", "--capacity", fmt.Sprintf("sequences=%d,kv=0,prefill=0,decode=0", n)}})
-	e := &fairEnv{t: t, mock: mock, config: filepath.Join(t.TempDir(), "deployment.yaml"),
-		http: &http.Client{Timeout: 60 * time.Second}}
-	t.Cleanup(e.http.CloseIdleConnections)
-	counters := fmt.Sprintf(`  backend: redis
-  redis:
-    url: %s
-    keyPrefix: %q
-    failureMode: open
-    capacityLeases: {ttl: %s, renew: 500ms, queuedRenew: 50ms}`, url, prefix, leaseTTL)
-	if err := os.WriteFile(e.config, []byte(fairDocCounters(mock.URL, fmt.Sprintf("{maxConcurrent: %d}", n), "", counters)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	gw1 := proctest.StartGateway(t, bin, "gateway-1", "--config", e.config, "--log-level", "warn")
-	gw2 := proctest.StartGateway(t, bin, "gateway-2", "--config", e.config, "--log-level", "warn")
-	e.gw = gw1
-	waitFor(t, e, n, "both replicas see each other", func() bool {
-		return leaseGauge(t, gw1, "sluice_admission_lease_replicas") == 2 && leaseGauge(t, gw2, "sluice_admission_lease_replicas") == 2
-	})
+	e, gw1, gw2 := startLeasedPair(t, n, redistest.URL(t), "open")
 
 	// Replica 1 alone is loaded: it takes the whole capacity.
 	var s1 []*heldStream
@@ -166,6 +174,42 @@ func TestFairAdmissionReplicas(t *testing.T) {
 		t.Errorf("replica 2 sees %v replicas after the other died; want 1", got)
 	}
 	for _, h := range append(s1, s2...) {
+		h.release()
+	}
+}
+
+// TestFairAdmissionReplicasRedisDown: with failureMode open, replicas that
+// lose Redis keep their leases until they expire, then divide the capacity
+// statically by the replicas they last saw (2 of 4 each here, however idle
+// the engine); when Redis answers again the leases apply at once.
+func TestFairAdmissionReplicasRedisDown(t *testing.T) {
+	const n = 4
+	srv := redistest.StartServer(t)
+	e, gw1, gw2 := startLeasedPair(t, n, srv.URL(), "open")
+	srv.Stop()
+	waitFor(t, e, n, "both leases expired into the static share", func() bool {
+		for _, gw := range []*proctest.Proc{gw1, gw2} {
+			if leaseGauge(t, gw, "sluice_admission_lease_valid") != 0 || leaseGauge(t, gw, "sluice_admission_lease_requests") != n/2 {
+				return false
+			}
+		}
+		return true
+	})
+	if errs := leaseGauge(t, gw1, "sluice_admission_lease_renew_errors_total"); errs == 0 {
+		t.Error("no renewal error counted while Redis was down")
+	}
+	var held []*heldStream
+	for range n/2 + 1 {
+		held = append(held, e.holdOn(gw1, "a"))
+	}
+	waitFor(t, e, n, "replica 1 runs its static share and queues the rest", func() bool {
+		return inFlight(t, gw1) == n/2 && e.queued() == 1 && e.usage().Engine.RunningSequences == n/2
+	})
+	srv.Start()
+	waitFor(t, e, n, "the queued request starts once Redis answers", func() bool {
+		return inFlight(t, gw1) == n/2+1 && leaseGauge(t, gw1, "sluice_admission_lease_valid") == 1
+	})
+	for _, h := range held {
 		h.release()
 	}
 }
