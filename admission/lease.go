@@ -18,7 +18,7 @@ type leaseState struct {
 	replicas int
 	valid    bool
 	closed   bool   // the scheduler closed: admit nothing new
-	gen      uint64 // grants so far: tells the current expiry timer from stale ones
+	gen      uint64 // bumped by every grant and stop: tells the current expiry timer from stale ones
 	expiry   clock.Timer
 
 	renewals, errors uint64
@@ -67,12 +67,13 @@ func (t *target) stopLease() *leaseState {
 		return nil
 	}
 	t.lease = nil
-	t.dropLease(ls)
+	ls.cancelExpiry()
 	close(ls.stop)
 	return ls
 }
 
-func (t *target) dropLease(ls *leaseState) {
+// cancelExpiry stops ls's expiry timer and makes any already firing a no-op.
+func (ls *leaseState) cancelExpiry() {
 	ls.gen++
 	if ls.expiry != nil {
 		ls.expiry.Stop()
@@ -169,7 +170,7 @@ func (t *target) applyLease(ls *leaseState, l Lease, err error, sent time.Time) 
 		}
 		return o.Renew
 	}
-	t.dropLease(ls)
+	ls.cancelExpiry()
 	ls.granted, ls.ent, ls.replicas, ls.valid = l.Granted, l.Entitlement, l.Replicas, true
 	ls.limit = l.Granted
 	gen := ls.gen
@@ -235,7 +236,7 @@ func (s *Scheduler) Close() error {
 	for _, t := range *s.targets.Load() {
 		t.mu.Lock()
 		if ls := t.lease; ls != nil && !ls.closed {
-			t.dropLease(ls)
+			ls.cancelExpiry()
 			ls.closed, ls.valid, ls.limit = true, false, Amount{}
 			close(ls.stop)
 			stopped = append(stopped, ls)
