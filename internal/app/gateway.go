@@ -61,8 +61,11 @@ type Services struct {
 	// before the gateway serves, not on its first requests).
 	Tokens *tokencount.Counter
 	// Admission is the fair-admission scheduler (nil: a new one on the real
-	// clock, its metrics registered once on Metrics). The gateway configures
-	// it with every deployment it applies.
+	// clock, its metrics registered once on Metrics, and, when the
+	// deployment's counters are Redis, sharing each provider's capacity
+	// with the other replicas through leases in that Redis; a scheduler
+	// handed in is used as it is). The gateway configures it with every
+	// deployment it applies.
 	Admission *admission.Scheduler
 }
 
