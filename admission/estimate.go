@@ -42,13 +42,14 @@ func (t *target) estimate(f *flow, counter float64, tokens int64, now time.Time)
 		return est
 	}
 	wait := 0.0
-	if c := t.capy.MaxConcurrent; c > 0 {
-		if need := reqs + 1 - float64(c-t.inFlight); need > 0 && reqRate > 0 {
+	slots, room := t.room()
+	if t.capy.MaxConcurrent > 0 {
+		if need := reqs + 1 - float64(slots-t.inFlight); need > 0 && reqRate > 0 {
 			wait = need / reqRate
 		}
 	}
-	if m := t.capy.MaxTokensInFlight; m > 0 {
-		if need := toks + float64(tokens) - float64(m-t.tokens); need > 0 && tokRate > 0 {
+	if t.capy.MaxTokensInFlight > 0 {
+		if need := toks + float64(tokens) - float64(room-t.tokens); need > 0 && tokRate > 0 {
 			wait = max(wait, need/tokRate)
 		}
 	}

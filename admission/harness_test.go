@@ -66,8 +66,15 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
+	return newHarnessWith(t, cfg, Options{})
+}
+
+// newHarnessWith is newHarness with the scheduler's other options.
+func newHarnessWith(t *testing.T, cfg Config, opts Options) *harness {
+	t.Helper()
 	h := &harness{t: t, clk: clock.NewManual(epoch), rec: newRecorder()}
-	s, err := New(cfg, Options{Clock: h.clk, Observer: h.rec})
+	opts.Clock, opts.Observer = h.clk, h.rec
+	s, err := New(cfg, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

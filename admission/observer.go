@@ -74,8 +74,10 @@ type TargetStats struct {
 	InFlight       int
 	TokensInFlight int64
 	Queued         int
-	Classes        []ClassStats // by name
-	Flows          []FlowStats  // by application, then class
+	// Lease is this replica's capacity lease (nil: not leased).
+	Lease   *LeaseStats
+	Classes []ClassStats // by name
+	Flows   []FlowStats  // by application, then class
 }
 
 // ClassStats is one class's state on a target.
@@ -136,6 +138,9 @@ func (t *target) stats() TargetStats {
 	}
 	ts := TargetStats{Name: t.name, Capacity: t.capy, Limited: t.limited, InFlight: t.inFlight,
 		TokensInFlight: t.tokens, Queued: t.queued}
+	if t.lease != nil {
+		ts.Lease = t.lease.stats()
+	}
 	for _, cs := range t.clsList {
 		st := ClassStats{Name: cs.name, InFlight: cs.inFlight, TokensInFlight: cs.tokens, Queued: cs.queued,
 			QueuedWork: cs.qWork, Admitted: cs.admitted}

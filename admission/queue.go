@@ -43,6 +43,9 @@ func (t *target) wait(ctx context.Context, tk Ticket, f *flow, in, bound, tokens
 	if w.deadline > 0 {
 		w.timer = s.clock.AfterFunc(w.deadline, func() { t.expire(w) })
 	}
+	if t.lease != nil {
+		t.lease.poke() // record the demand soon, not at the next period
+	}
 	t.mu.Unlock()
 	ev.Kind, ev.ExpectedWait, ev.Known, ev.Position = EventQueued, est.wait, est.known, est.position
 	s.observe(ev)

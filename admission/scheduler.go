@@ -45,6 +45,16 @@
 // of the counters), over the rate at which capacity frees (requests and
 // tokens in flight over their mean holding time, measured on releases).
 //
+// # Several replicas
+//
+// With Options.Ledger, the replicas of a deployment share each target's
+// capacity: a request fits when it fits this replica's lease, which one
+// goroutine per target renews in the background (every LeaseOptions.Renew,
+// faster while capacity should change hands); Admit never waits on the
+// ledger. A replica over its entitlement admits nothing beyond it and gives
+// the excess back as requests end. An expired lease falls back to the
+// failure mode (LeaseOptions.FailClosed). Close releases the leases.
+//
 // # Contract with the caller
 //
 // Every Grant with Tracked() true must get exactly one Done, once the
@@ -78,6 +88,13 @@ type Options struct {
 	Observer Observer
 	// RateWindow is the time constant of the release measurements (0: DefaultRateWindow).
 	RateWindow time.Duration
+	// Ledger, when set, shares every target's capacity with the other
+	// replicas of the deployment: the scheduler admits up to its lease (see
+	// CapacityLedger), renewed in the background, and Close releases it.
+	// nil: this process has each target's whole capacity.
+	Ledger CapacityLedger
+	// Leases are the lease timings and failure mode (with Ledger only).
+	Leases LeaseOptions
 }
 
 // Ticket is a request asking to start on a target.
@@ -106,13 +123,18 @@ type Scheduler struct {
 	obs   Observer
 	tau   float64 // RateWindow in seconds
 
-	mu      sync.Mutex // serialises Configure
+	ledger CapacityLedger // nil: no leases
+	lopts  LeaseOptions
+
+	mu      sync.Mutex // serialises Configure and Close
+	closed  bool       // Close was called: no new leases
 	targets atomic.Pointer[map[string]*target]
 }
 
 // New returns a scheduler enforcing cfg.
 func New(cfg Config, opts Options) (*Scheduler, error) {
-	s := &Scheduler{clock: opts.Clock, obs: opts.Observer, tau: opts.RateWindow.Seconds()}
+	s := &Scheduler{clock: opts.Clock, obs: opts.Observer, tau: opts.RateWindow.Seconds(),
+		ledger: opts.Ledger, lopts: opts.Leases.withDefaults()}
 	if s.clock == nil {
 		s.clock = clock.Real
 	}

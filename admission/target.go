@@ -95,6 +95,8 @@ type target struct {
 	vmax     float64 // the highest counter of any flow (the lift when nobody is backlogged)
 	holds    holdEstimate
 	free     []*running
+	lease    *leaseState // nil: the whole capacity is this process's
+	stopped  *leaseState // the last lease stopped (its release must come before a new lease's renewal)
 }
 
 func newTarget(s *Scheduler, name string) *target {
@@ -124,6 +126,16 @@ func (t *target) reconfigure(set *settings, capy Capacity, limited bool) {
 	sort.Slice(t.clsList, func(i, j int) bool { return t.clsList[i].name < t.clsList[j].name })
 	for _, f := range t.flows {
 		f.weight = set.weight(f.key.app)
+	}
+	if s := t.s; s.ledger != nil && !s.closed {
+		switch {
+		case limited && t.lease == nil:
+			t.startLease(t.stopped)
+		case limited:
+			t.lease.poke() // the capacity may have changed
+		case t.lease != nil:
+			t.stopped = t.stopLease()
+		}
 	}
 	t.dispatch(t.s.clock.Now())
 }
@@ -172,7 +184,22 @@ func (t *target) fits(tokens int64, cls *classState) bool {
 	if m := t.capy.MaxTokensInFlight; m > 0 && (t.tokens+tokens > m || cls.tokens+tokens > ceil) {
 		return false
 	}
-	return true
+	return t.lease == nil || t.lease.allows(t, tokens)
+}
+
+// room is the capacity this process may fill now: the configured bounds,
+// within the lease when leased.
+func (t *target) room() (slots int, tokens int64) {
+	slots, tokens = t.capy.MaxConcurrent, t.capy.MaxTokensInFlight
+	if ls := t.lease; ls != nil {
+		if slots > 0 {
+			slots = int(min(int64(slots), ls.limit.Requests))
+		}
+		if tokens > 0 {
+			tokens = min(tokens, ls.limit.Tokens)
+		}
+	}
+	return slots, tokens
 }
 
 // usage is the class's dominant share of the capacity in use.

@@ -77,6 +77,24 @@ type Redis struct {
 	WriteTimeout Duration `yaml:"writeTimeout"`
 	PoolSize     int      `yaml:"poolSize"`
 	Leases       Leases   `yaml:"leases"`
+	// CapacityLeases times the leases through which the replicas share
+	// each provider's capacity (fair admission, docs/fairness.md).
+	CapacityLeases CapacityLeases `yaml:"capacityLeases"`
+}
+
+// CapacityLeases times fair admission's capacity leases. Zero values take
+// the scheduler's defaults (3s, 1s, 100ms); renew is at most half the TTL
+// and queuedRenew at most renew.
+type CapacityLeases struct {
+	// TTL is a lease's life without renewal: the capacity of a replica
+	// that died comes back to the others within it.
+	TTL Duration `yaml:"ttl"`
+	// Renew is the renewal period.
+	Renew Duration `yaml:"renew"`
+	// QueuedRenew is the period while capacity should change hands (this
+	// replica has requests queued beyond its lease, or holds more than its
+	// share).
+	QueuedRenew Duration `yaml:"queuedRenew"`
 }
 
 // Leases configures the budget leases of the redis counter store: a gateway

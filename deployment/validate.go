@@ -102,6 +102,32 @@ func validateCounters(d *Deployment, add func(*Error)) {
 		add(d.ErrorAt("counters.redis.failureMode", false, "unknown failure mode %q: want open or closed", r.FailureMode))
 	}
 	validateLeases(d, add)
+	validateCapacityLeases(d, add)
+}
+
+// Bounds of counters.redis.capacityLeases.
+const (
+	MinCapacityLeaseTTL   = Duration(500 * time.Millisecond)
+	MaxCapacityLeaseTTL   = Duration(time.Minute)
+	MinCapacityLeaseRenew = Duration(10 * time.Millisecond)
+)
+
+func validateCapacityLeases(d *Deployment, add func(*Error)) {
+	c := d.Counters.Redis.CapacityLeases
+	const base = "counters.redis.capacityLeases"
+	if c.TTL != 0 && (c.TTL < MinCapacityLeaseTTL || c.TTL > MaxCapacityLeaseTTL) {
+		add(d.ErrorAt(base+".ttl", false, "%v: want between %v and %v", time.Duration(c.TTL), time.Duration(MinCapacityLeaseTTL), time.Duration(MaxCapacityLeaseTTL)))
+	}
+	if c.Renew < 0 || c.Renew != 0 && c.Renew < MinCapacityLeaseRenew {
+		add(d.ErrorAt(base+".renew", false, "%v: want at least %v", time.Duration(c.Renew), time.Duration(MinCapacityLeaseRenew)))
+	} else if c.TTL != 0 && c.Renew > c.TTL/2 {
+		add(d.ErrorAt(base+".renew", false, "%v: want at most half the ttl (%v)", time.Duration(c.Renew), time.Duration(c.TTL/2)))
+	}
+	if c.QueuedRenew < 0 || c.QueuedRenew != 0 && c.QueuedRenew < MinCapacityLeaseRenew {
+		add(d.ErrorAt(base+".queuedRenew", false, "%v: want at least %v", time.Duration(c.QueuedRenew), time.Duration(MinCapacityLeaseRenew)))
+	} else if c.Renew != 0 && c.QueuedRenew > c.Renew {
+		add(d.ErrorAt(base+".queuedRenew", false, "%v: want at most renew (%v)", time.Duration(c.QueuedRenew), time.Duration(c.Renew)))
+	}
 }
 
 // Bounds of counters.redis.leases.ttl: below the minimum a lease serves too

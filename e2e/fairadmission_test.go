@@ -42,9 +42,17 @@ var fairApps = []string{"a", "b", "c", "d"}
 // token counter, fair-admission) to provider engine with capacity capYAML
 // (a flow mapping) and the admission section admYAML (indented, or "").
 func fairDoc(mockURL, capYAML, admYAML string) string {
+	return fairDocCounters(mockURL, capYAML, admYAML, "")
+}
+
+// fairDocCounters is fairDoc with a counters section (indented, or "").
+func fairDocCounters(mockURL, capYAML, admYAML, countersYAML string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: sluice/v1
-providers:
+	b.WriteString("apiVersion: sluice/v1\n")
+	if countersYAML != "" {
+		b.WriteString("counters:\n" + countersYAML + "\n")
+	}
+	fmt.Fprintf(&b, `providers:
   - {name: engine, type: openai, url: %q, forwardHeaders: ["x-mock-*"], capacity: %s}
 applications:
 `, mockURL, capYAML)
@@ -93,7 +101,12 @@ func chat(stream bool, maxTokens int, content string) []byte {
 // open sends a request as app (its tenant at the mock) and returns the
 // response unread.
 func (e *fairEnv) open(ctx context.Context, app string, body []byte, hdr map[string]string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.gw.URL+"/fair/v1/chat/completions", strings.NewReader(string(body)))
+	return e.openOn(ctx, e.gw, app, body, hdr)
+}
+
+// openOn is open through the gateway gw.
+func (e *fairEnv) openOn(ctx context.Context, gw *proctest.Proc, app string, body []byte, hdr map[string]string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/fair/v1/chat/completions", strings.NewReader(string(body)))
 	if err != nil {
 		return nil, err
 	}

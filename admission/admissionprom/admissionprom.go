@@ -117,12 +117,23 @@ var (
 		"Reserved capacity, in requests, the class leaves unused while it has no work waiting (lent out or idle).", tc, nil)
 	descStrandedTokens = prometheus.NewDesc("sluice_admission_stranded_tokens",
 		"Reserved capacity, in tokens, the class leaves unused while it has no work waiting (lent out or idle).", tc, nil)
+	// Capacity leases (several replicas sharing a target through Redis).
+	tgt             = []string{"target"}
+	descLeaseSlots  = prometheus.NewDesc("sluice_admission_lease_requests", "Requests this replica may hold on the target now: its capacity lease, or the failure mode's fallback once it expired.", tgt, nil)
+	descLeaseTokens = prometheus.NewDesc("sluice_admission_lease_tokens", "Tokens this replica may hold on the target now: its capacity lease, or the failure mode's fallback once it expired.", tgt, nil)
+	descEntSlots    = prometheus.NewDesc("sluice_admission_entitlement_requests", "This replica's fair share of the target's requests (water-filled over the replicas' demands), at the last renewal.", tgt, nil)
+	descEntTokens   = prometheus.NewDesc("sluice_admission_entitlement_tokens", "This replica's fair share of the target's tokens, at the last renewal.", tgt, nil)
+	descReplicas    = prometheus.NewDesc("sluice_admission_lease_replicas", "Replicas holding a live lease on the target, this one included, at the last renewal.", tgt, nil)
+	descLeaseValid  = prometheus.NewDesc("sluice_admission_lease_valid", "1 while this replica's lease is valid; 0 before the first grant and once it expired unrenewed.", tgt, nil)
+	descRenewErrors = prometheus.NewDesc("sluice_admission_lease_renew_errors_total", "Lease renewals that failed (Redis unreachable or refusing).", tgt, nil)
+	descRenewals    = prometheus.NewDesc("sluice_admission_lease_renewals_total", "Lease renewals sent, failed ones included.", tgt, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *State) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapSlots, descCapTokens, descInFlight, descTokens, descQueued, descQueuedWork,
-		descOldest, descAdmitted, descReservedSlots, descReservedTokens, descStrandedSlots, descStrandedTokens} {
+		descOldest, descAdmitted, descReservedSlots, descReservedTokens, descStrandedSlots, descStrandedTokens,
+		descLeaseSlots, descLeaseTokens, descEntSlots, descEntTokens, descReplicas, descLeaseValid, descRenewErrors, descRenewals} {
 		ch <- d
 	}
 }
@@ -138,6 +149,20 @@ func (c *State) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descCapSlots, float64(t.Capacity.MaxConcurrent), t.Name)
 		gauge(descCapTokens, float64(t.Capacity.MaxTokensInFlight), t.Name)
+		if l := t.Lease; l != nil {
+			gauge(descLeaseSlots, float64(l.Limit.Requests), t.Name)
+			gauge(descLeaseTokens, float64(l.Limit.Tokens), t.Name)
+			gauge(descEntSlots, float64(l.Entitlement.Requests), t.Name)
+			gauge(descEntTokens, float64(l.Entitlement.Tokens), t.Name)
+			gauge(descReplicas, float64(l.Replicas), t.Name)
+			valid := 0.0
+			if l.Valid {
+				valid = 1
+			}
+			gauge(descLeaseValid, valid, t.Name)
+			ch <- prometheus.MustNewConstMetric(descRenewErrors, prometheus.CounterValue, float64(l.RenewErrors), t.Name)
+			ch <- prometheus.MustNewConstMetric(descRenewals, prometheus.CounterValue, float64(l.Renewals), t.Name)
+		}
 		for _, cl := range t.Classes {
 			gauge(descInFlight, float64(cl.InFlight), t.Name, cl.Name)
 			gauge(descTokens, float64(cl.TokensInFlight), t.Name, cl.Name)

@@ -116,3 +116,47 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("position observations = %v; want 1", got)
 	}
 }
+
+// fixedLedger grants the same lease to every renewal.
+type fixedLedger struct{ l admission.Lease }
+
+func (f fixedLedger) Renew(context.Context, admission.LeaseRequest) (admission.Lease, error) {
+	return f.l, nil
+}
+
+func (fixedLedger) Release(context.Context, string) error { return nil }
+
+func TestLeaseMetrics(t *testing.T) {
+	clk := clock.NewManual(time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC))
+	led := fixedLedger{admission.Lease{Granted: admission.Amount{Requests: 3, Tokens: 400},
+		Entitlement: admission.Amount{Requests: 4, Tokens: 500}, Replicas: 2}}
+	s, err := admission.New(admission.Config{Targets: map[string]admission.Capacity{"up": {MaxConcurrent: 8, MaxTokensInFlight: 1000}}},
+		admission.Options{Clock: clk, Ledger: led})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewState(s))
+	for start := time.Now(); ; time.Sleep(time.Millisecond) { // waiting for the first renewal, not measuring
+		if n, _ := value(t, reg, "sluice_admission_lease_renewals_total", nil); n == 1 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("no renewal")
+		}
+	}
+	for name, want := range map[string]float64{
+		"sluice_admission_lease_requests":           3,
+		"sluice_admission_lease_tokens":             400,
+		"sluice_admission_entitlement_requests":     4,
+		"sluice_admission_entitlement_tokens":       500,
+		"sluice_admission_lease_replicas":           2,
+		"sluice_admission_lease_valid":              1,
+		"sluice_admission_lease_renew_errors_total": 0,
+	} {
+		if got, _ := value(t, reg, name, map[string]string{"target": "up"}); got != want {
+			t.Errorf("%s = %v; want %v", name, got, want)
+		}
+	}
+}

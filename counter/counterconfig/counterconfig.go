@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"sluice/counter"
 	"sluice/counter/memory"
@@ -65,6 +66,18 @@ func New(c deployment.Counters, opts Options) (counter.Store, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("counters: unknown backend %q (want %q or %q)", c.Backend, Memory, Redis)
+}
+
+// RedisClient returns a client of the Redis that c's redis section names,
+// with the counter store's settings (timeouts, no command retries), for
+// the services that share it (fair admission's capacity leases). The
+// caller owns it and must Close it.
+func RedisClient(c deployment.Counters) (redis.UniversalClient, error) {
+	cl, err := redisstore.NewClient(redisOptions(c.Redis))
+	if err != nil {
+		return nil, fmt.Errorf("counters: redis backend: %w", err)
+	}
+	return cl, nil
 }
 
 // Equal reports whether a and b select the same store with the same settings.

@@ -12,6 +12,17 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
+// NewClient returns a go-redis client with the store's settings for o (its
+// connection fields and timeouts; the rest is ignored), for another service
+// of the process that shares the counters' Redis. The caller owns it.
+func NewClient(o Options) (redis.UniversalClient, error) {
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	c, _, err := newClient(&o)
+	return c, err
+}
+
 // newClient builds the go-redis client o selects, a cluster client (cluster
 // true) for Cluster or several Addrs, with the store's own settings: its
 // timeouts, no command retries, one dial per call, RESP2.

@@ -268,6 +268,16 @@ func counters(c deployment.Counters, str func(string) any) obj {
 	if r.PoolSize != 0 {
 		ro.add("poolSize", r.PoolSize)
 	}
+	var cl obj
+	for _, kv := range []struct {
+		k string
+		v deployment.Duration
+	}{{"ttl", r.CapacityLeases.TTL}, {"renew", r.CapacityLeases.Renew}, {"queuedRenew", r.CapacityLeases.QueuedRenew}} {
+		if kv.v != 0 {
+			cl.add(kv.k, kv.v.String())
+		}
+	}
+	ro.addObj("capacityLeases", cl)
 	o.addObj("redis", ro)
 	return o
 }

@@ -69,6 +69,8 @@ func TestYAMLRoundTrip(t *testing.T) {
 
 func roundTrip(t *testing.T, render func(*deployment.Deployment) ([]byte, error)) {
 	in := doc()
+	in.Counters.Redis.CapacityLeases = deployment.CapacityLeases{TTL: deployment.Duration(4 * time.Second),
+		Renew: deployment.Duration(time.Second), QueuedRenew: deployment.Duration(50 * time.Millisecond)}
 	y, err := render(in)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +98,7 @@ func roundTrip(t *testing.T, render func(*deployment.Deployment) ([]byte, error)
 		"capacity":              {out.Providers[0].Capacity, in.Providers[0].Capacity},
 		"application admission": {out.Applications[0].Admission, in.Applications[0].Admission},
 		"admission":             {out.Admission, in.Admission},
+		"capacity leases":       {out.Counters.Redis.CapacityLeases, in.Counters.Redis.CapacityLeases},
 	} {
 		if got, want := canon(t, pair[0]), canon(t, pair[1]); got != want {
 			t.Errorf("%s\n got %s\nwant %s", what, got, want)

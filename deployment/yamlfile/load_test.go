@@ -349,6 +349,12 @@ func TestCountersValidation(t *testing.T) {
 		{"lease exclusion route", "counters:\n  redis: {leases: {exclude: [{route: r2}]}}\n", "counters.redis.leases.exclude[0].route"},
 		{"lease exclusion policy", "counters:\n  redis: {leases: {exclude: [{policy: fake-limit}]}}\n", "counters.redis.leases.exclude[0].policy"},
 		{"lease exclusion policy on route", "counters:\n  redis: {leases: {exclude: [{route: r1, policy: fake-limit}]}}\n", "counters.redis.leases.exclude[0].policy"},
+		{"capacity lease ttl too short", "counters:\n  redis: {capacityLeases: {ttl: 100ms}}\n", "counters.redis.capacityLeases.ttl"},
+		{"capacity lease ttl too long", "counters:\n  redis: {capacityLeases: {ttl: 2m}}\n", "counters.redis.capacityLeases.ttl"},
+		{"capacity lease renew too short", "counters:\n  redis: {capacityLeases: {renew: 1ms}}\n", "counters.redis.capacityLeases.renew"},
+		{"capacity lease renew over half the ttl", "counters:\n  redis: {capacityLeases: {ttl: 2s, renew: 1500ms}}\n", "counters.redis.capacityLeases.renew"},
+		{"capacity lease queued renew over renew", "counters:\n  redis: {capacityLeases: {renew: 500ms, queuedRenew: 600ms}}\n", "counters.redis.capacityLeases.queuedRenew"},
+		{"capacity lease queued renew too short", "counters:\n  redis: {capacityLeases: {queuedRenew: 1ms}}\n", "counters.redis.capacityLeases.queuedRenew"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

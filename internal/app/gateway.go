@@ -6,7 +6,9 @@
 // gateway is put together in one place.
 //
 // The wiring owns the services it creates: Gateway.Close closes the counter
-// store it built (the fair-admission scheduler holds nothing to close). A
+// store it built, and the fair-admission scheduler it built when the counters
+// are Redis (its capacity leases are released, then their Redis client
+// closed; otherwise the scheduler holds nothing to close). A
 // service handed in through Services stays the caller's. Import rule: app imports the gateway and the
 // platform; nothing but cmd, tests and the bench programs import app.
 package app
@@ -25,6 +27,7 @@ import (
 
 	"sluice/admission"
 	"sluice/admission/admissionprom"
+	"sluice/admission/redisledger"
 	"sluice/counter"
 	"sluice/counter/counterconfig"
 	"sluice/deployment"
@@ -58,8 +61,11 @@ type Services struct {
 	// before the gateway serves, not on its first requests).
 	Tokens *tokencount.Counter
 	// Admission is the fair-admission scheduler (nil: a new one on the real
-	// clock, its metrics registered once on Metrics). The gateway configures
-	// it with every deployment it applies.
+	// clock, its metrics registered once on Metrics, and, when the
+	// deployment's counters are Redis, sharing each provider's capacity
+	// with the other replicas through leases in that Redis; a scheduler
+	// handed in is used as it is). The gateway configures it with every
+	// deployment it applies.
 	Admission *admission.Scheduler
 }
 
@@ -169,13 +175,30 @@ func (g *Gateway) services(d *deployment.Deployment, s *Services) error {
 		s.Tokens = tokencount.New()
 		s.Tokens.Warm()
 	}
+	if d.Counters.Backend == counterconfig.Redis {
+		// go-redis logs through a process-wide logger; the wiring
+		// points it at the gateway's when it builds a Redis client.
+		redis.SetLogger(&counterconfig.RedisClientLogger{Logger: s.Logger, Interval: 10 * time.Second})
+	}
 	if s.Admission == nil {
 		// Configured by Apply; the process-lifetime metrics are registered
 		// here, once, not by the chains that reload.
 		events := admissionprom.NewEvents()
-		sched, err := admission.New(admission.Config{}, admission.Options{Observer: events})
+		opts := admission.Options{Observer: events}
+		closeClient, err := g.capacityLedger(d, &opts)
 		if err != nil {
 			return err
+		}
+		sched, err := admission.New(admission.Config{}, opts)
+		if err != nil {
+			if closeClient != nil {
+				_ = closeClient()
+			}
+			return err
+		}
+		if closeClient != nil {
+			// The leases are released before the client closes.
+			g.owned = append(g.owned, sched.Close, closeClient)
 		}
 		if err := s.Metrics.Register(events); err != nil {
 			return err
@@ -186,11 +209,6 @@ func (g *Gateway) services(d *deployment.Deployment, s *Services) error {
 		s.Admission = sched
 	}
 	if s.Counters == nil {
-		if d.Counters.Backend == counterconfig.Redis {
-			// go-redis logs through a process-wide logger; the wiring
-			// points it at the gateway's when it builds a Redis store.
-			redis.SetLogger(&counterconfig.RedisClientLogger{Logger: s.Logger, Interval: 10 * time.Second})
-		}
 		st, err := counterconfig.New(d.Counters, counterconfig.Options{Logger: s.Logger, Metrics: s.Metrics, Now: s.Now})
 		if err != nil {
 			return err
@@ -200,6 +218,25 @@ func (g *Gateway) services(d *deployment.Deployment, s *Services) error {
 		s.Logger.Info("counter store", counterconfig.Describe(d.Counters)...)
 	}
 	return nil
+}
+
+// capacityLedger sets o's capacity ledger when d's counters are Redis: the
+// replicas then share each provider's capacity through leases in that
+// Redis (docs/fairness.md). It returns the close of the Redis client it
+// made (nil with none), to run after the scheduler's Close.
+func (g *Gateway) capacityLedger(d *deployment.Deployment, o *admission.Options) (func() error, error) {
+	if d.Counters.Backend != counterconfig.Redis {
+		return nil, nil
+	}
+	client, err := counterconfig.RedisClient(d.Counters)
+	if err != nil {
+		return nil, err
+	}
+	r := d.Counters.Redis
+	o.Ledger = redisledger.New(redisledger.Options{Client: client, KeyPrefix: r.KeyPrefix})
+	o.Leases = admission.LeaseOptions{TTL: r.CapacityLeases.TTL.D(), Renew: r.CapacityLeases.Renew.D(),
+		QueuedRenew: r.CapacityLeases.QueuedRenew.D(), FailClosed: r.FailureMode == "closed"}
+	return client.Close, nil
 }
 
 // Apply applies d like gateway.Gateway.Apply; when d's counters section

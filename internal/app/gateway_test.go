@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"sluice/counter"
 	"sluice/counter/memory"
 	"sluice/deployment"
 	"sluice/deployment/yamlfile"
 	"sluice/internal/proctest"
+	"sluice/internal/redistest"
 )
 
 const doc = `apiVersion: sluice/v1
@@ -232,5 +235,55 @@ func TestGatewayAdmission(t *testing.T) {
 	defer other.Close()
 	if n := capOf(); n != 1 {
 		t.Fatalf("the caller's scheduler was not configured: %d", n)
+	}
+}
+
+// TestGatewayCapacityLeases: with Redis counters the scheduler leases each
+// provider's capacity in that Redis (the lease shows in the snapshot, and
+// Close releases it); with memory counters it has the whole capacity.
+func TestGatewayCapacityLeases(t *testing.T) {
+	src := strings.Replace(doc, `url: "http://127.0.0.1:9"}`, `url: "http://127.0.0.1:9", capacity: {maxConcurrent: 4}}`, 1)
+	mem, err := NewGateway(parse(t, src), GatewayOptions{Services: Services{Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	if l := mem.Services.Admission.Snapshot().Targets[0].Lease; l != nil {
+		t.Fatalf("memory counters: lease %+v; want none", l)
+	}
+
+	url, prefix := redistest.URL(t), redistest.KeyPrefix(t)
+	red := parse(t, fmt.Sprintf("counters:\n  backend: redis\n  redis: {url: %q, keyPrefix: %q}\n", url, prefix)+src)
+	gw, err := NewGateway(red, GatewayOptions{Services: Services{Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); ; time.Sleep(5 * time.Millisecond) { // waiting for the first renewal, not measuring
+		l := gw.Services.Admission.Snapshot().Targets[0].Lease
+		if l == nil {
+			t.Fatal("redis counters: no lease")
+		}
+		if l.Valid {
+			if l.Limit.Requests != 4 || l.Replicas != 1 {
+				t.Fatalf("lease %+v; want the whole capacity (4) for the one replica", l)
+			}
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("no lease granted: %+v", l)
+		}
+	}
+	opts, _ := redis.ParseURL(url)
+	client := redis.NewClient(opts)
+	defer client.Close()
+	key := prefix + "capacity:{p}"
+	if n, err := client.HLen(context.Background(), key).Result(); err != nil || n != 1 {
+		t.Fatalf("HLEN %s = %d, %v; want the one lease", key, n, err)
+	}
+	if err := gw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.HLen(context.Background(), key).Result(); err != nil || n != 0 {
+		t.Fatalf("HLEN %s = %d, %v after Close; want the lease released", key, n, err)
 	}
 }
