@@ -12,6 +12,66 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for BudgetDimension.
+const (
+	BudgetDimensionCost     BudgetDimension = "cost"
+	BudgetDimensionRequests BudgetDimension = "requests"
+	BudgetDimensionTokens   BudgetDimension = "tokens"
+)
+
+// Valid indicates whether the value is a known member of the BudgetDimension enum.
+func (e BudgetDimension) Valid() bool {
+	switch e {
+	case BudgetDimensionCost:
+		return true
+	case BudgetDimensionRequests:
+		return true
+	case BudgetDimensionTokens:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetScope.
+const (
+	Backend  BudgetScope = "backend"
+	Consumer BudgetScope = "consumer"
+)
+
+// Valid indicates whether the value is a known member of the BudgetScope enum.
+func (e BudgetScope) Valid() bool {
+	switch e {
+	case Backend:
+		return true
+	case Consumer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetUnit.
+const (
+	BudgetUnitRequests BudgetUnit = "requests"
+	BudgetUnitTokens   BudgetUnit = "tokens"
+	BudgetUnitUsd      BudgetUnit = "usd"
+)
+
+// Valid indicates whether the value is a known member of the BudgetUnit enum.
+func (e BudgetUnit) Valid() bool {
+	switch e {
+	case BudgetUnitRequests:
+		return true
+	case BudgetUnitTokens:
+		return true
+	case BudgetUnitUsd:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreatedGatewayState.
 const (
 	CreatedGatewayStateApplied CreatedGatewayState = "applied"
@@ -378,6 +438,9 @@ func (e GetUsageParamsBucket) Valid() bool {
 	}
 }
 
+// AlertAt Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts).
+type AlertAt = []int
+
 // Application defines model for Application.
 type Application struct {
 	CreatedAt time.Time `json:"createdAt"`
@@ -385,6 +448,18 @@ type Application struct {
 	Name      string    `json:"name"`
 	Providers []string  `json:"providers"`
 	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// ApplicationBudgets defines model for ApplicationBudgets.
+type ApplicationBudgets struct {
+	ApplicationId string `json:"applicationId"`
+
+	// Available False when the platform cannot read the counters.
+	Available bool     `json:"available"`
+	Budgets   []Budget `json:"budgets"`
+
+	// Reason Why the budgets are not available ("" when they are).
+	Reason string `json:"reason"`
 }
 
 // ApplicationInput defines model for ApplicationInput.
@@ -420,8 +495,56 @@ type AuditPage struct {
 	Next *int64 `json:"next,omitempty"`
 }
 
+// Budget defines model for Budget.
+type Budget struct {
+	AlertAt *[]int `json:"alertAt,omitempty"`
+
+	// Counter The policy's own name of the counter (total, requests, cost, ...).
+	Counter   *string         `json:"counter,omitempty"`
+	Dimension BudgetDimension `json:"dimension"`
+
+	// Entry The chain entry's position in the route's chain.
+	Entry *int `json:"entry,omitempty"`
+
+	// Limit Decimal (USD as a decimal number of dollars).
+	Limit string `json:"limit"`
+
+	// Origin The chain entry's origin reference, as the Deployment view shows it (the Rate Limit row's JSON path, e.g. $.consumer.global.token, or a guardrail id).
+	Origin string `json:"origin"`
+
+	// Period The reset period as people read it ("1 hour").
+	Period string `json:"period"`
+
+	// Policy The limit policy's name (its chain entry).
+	Policy   string `json:"policy"`
+	Provider string `json:"provider"`
+
+	// Remaining Decimal, negative in debt.
+	Remaining string    `json:"remaining"`
+	ResetsAt  time.Time `json:"resetsAt"`
+
+	// Resource "" for a counter across every resource, else the resource, e.g. /chat/completions.
+	Resource    string      `json:"resource"`
+	Route       string      `json:"route"`
+	Scope       BudgetScope `json:"scope"`
+	Unit        BudgetUnit  `json:"unit"`
+	UsedPercent float64     `json:"usedPercent"`
+}
+
+// BudgetDimension defines model for Budget.Dimension.
+type BudgetDimension string
+
+// BudgetScope defines model for Budget.Scope.
+type BudgetScope string
+
+// BudgetUnit defines model for Budget.Unit.
+type BudgetUnit string
+
 // CostLimit defines model for CostLimit.
 type CostLimit struct {
+	// AlertAt Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts).
+	AlertAt *AlertAt `json:"alertAt,omitempty"`
+
 	// Amount USD.
 	Amount  float64 `json:"amount"`
 	Enabled bool    `json:"enabled"`
@@ -434,8 +557,10 @@ type CostLimit struct {
 
 // CountLimit defines model for CountLimit.
 type CountLimit struct {
-	Count   int64 `json:"count"`
-	Enabled bool  `json:"enabled"`
+	// AlertAt Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts).
+	AlertAt *AlertAt `json:"alertAt,omitempty"`
+	Count   int64    `json:"count"`
+	Enabled bool     `json:"enabled"`
 
 	// Reset minute and hour: a token bucket of duration units; day and week: the
 	// UTC day and ISO week when duration is 1, fixed windows of that many
@@ -942,6 +1067,12 @@ type UsageRoute = string
 // UsageTo defines model for UsageTo.
 type UsageTo = time.Time
 
+// GetApplicationBudgetsParams defines parameters for GetApplicationBudgets.
+type GetApplicationBudgetsParams struct {
+	// Provider Only this provider (by name).
+	Provider *string `form:"provider,omitempty" json:"provider,omitempty"`
+}
+
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
 	// Before Entries with ids below this one (the `next` of the previous page).
@@ -1101,6 +1232,9 @@ type ServerInterface interface {
 	// (PUT /applications/{applicationId})
 	UpdateApplication(ctx echo.Context, applicationId ApplicationId) error
 
+	// (GET /applications/{applicationId}/budgets)
+	GetApplicationBudgets(ctx echo.Context, applicationId ApplicationId, params GetApplicationBudgetsParams) error
+
 	// (GET /applications/{applicationId}/keys)
 	ListKeys(ctx echo.Context, applicationId ApplicationId) error
 
@@ -1257,6 +1391,31 @@ func (w *ServerInterfaceWrapper) UpdateApplication(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.UpdateApplication(ctx, applicationId)
+	return err
+}
+
+// GetApplicationBudgets converts echo context to params.
+func (w *ServerInterfaceWrapper) GetApplicationBudgets(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", ctx.Param("applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter applicationId: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetApplicationBudgetsParams
+	// ------------- Optional query parameter "provider" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "provider", ctx.QueryParams(), &params.Provider, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter provider: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetApplicationBudgets(ctx, applicationId, params)
 	return err
 }
 
@@ -2012,6 +2171,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/applications/:applicationId/keys", wrapper.ListKeys, options.OperationMiddlewares["listKeys"]...)
 	router.POST(options.BaseURL+"/applications/:applicationId/keys", wrapper.CreateKey, options.OperationMiddlewares["createKey"]...)
 	router.DELETE(options.BaseURL+"/applications/:applicationId/keys/:keyId", wrapper.RevokeKey, options.OperationMiddlewares["revokeKey"]...)
+	router.GET(options.BaseURL+"/applications/:applicationId/budgets", wrapper.GetApplicationBudgets, options.OperationMiddlewares["getApplicationBudgets"]...)
 	router.GET(options.BaseURL+"/policies", wrapper.ListPolicies, options.OperationMiddlewares["listPolicies"]...)
 	router.GET(options.BaseURL+"/gateways", wrapper.ListGateways, options.OperationMiddlewares["listGateways"]...)
 	router.POST(options.BaseURL+"/gateways", wrapper.CreateGateway, options.OperationMiddlewares["createGateway"]...)

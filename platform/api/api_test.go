@@ -226,6 +226,9 @@ func TestRateLimitValidationPathsAndNothingWritten(t *testing.T) {
 		{"month of 3 alone", map[string]any{"consumer": map[string]any{"global": map[string]any{
 			"cost": map[string]any{"enabled": true, "amount": 1, "reset": map[string]any{"duration": 3, "unit": "month"}}}}},
 			[]string{"$.consumer.global.cost.reset.duration"}},
+		{"alert thresholds not ascending", map[string]any{"backend": map[string]any{"global": map[string]any{
+			"token": map[string]any{"enabled": true, "count": 5, "reset": map[string]any{"duration": 1, "unit": "hour"}, "alertAt": []int{80, 80, 50}}}}},
+			[]string{"$.backend.global.token.alertAt[1]", "$.backend.global.token.alertAt[2]"}},
 		{"unknown field", map[string]any{"backend": map[string]any{"global": map[string]any{"tokens": count(5, "hour")}}},
 			[]string{"$.backend.global"}},
 	}

@@ -243,6 +243,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/applications/{applicationId}/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                applicationId: components["parameters"]["ApplicationId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * @description The application's remaining budget on every limit that applies to it,
+         *     on each provider it is granted, read from the counters the gateways
+         *     charge (never from the usage records), without charging them. Units
+         *     leased to a gateway (Redis leases) count as used. `available` is false,
+         *     with the reason, when the platform cannot read the counters (memory
+         *     counters on a standalone platform).
+         */
+        get: operations["getApplicationBudgets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/policies": {
         parameters: {
             query?: never;
@@ -560,6 +586,7 @@ export interface components {
             /** Format: int64 */
             count: number;
             reset: components["schemas"]["Reset"];
+            alertAt?: components["schemas"]["AlertAt"];
         };
         CostLimit: {
             enabled: boolean;
@@ -569,7 +596,10 @@ export interface components {
              */
             amount: number;
             reset: components["schemas"]["Reset"];
+            alertAt?: components["schemas"]["AlertAt"];
         };
+        /** @description Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts). */
+        AlertAt: number[];
         /**
          * @description minute and hour: a token bucket of duration units; day and week: the
          *     UTC day and ISO week when duration is 1, fixed windows of that many
@@ -617,6 +647,45 @@ export interface components {
             paramsSchema: {
                 [key: string]: unknown;
             };
+        };
+        ApplicationBudgets: {
+            applicationId: string;
+            /** @description False when the platform cannot read the counters. */
+            available: boolean;
+            /** @description Why the budgets are not available ("" when they are). */
+            reason: string;
+            budgets: components["schemas"]["Budget"][];
+        };
+        Budget: {
+            provider: string;
+            route: string;
+            /** @description The limit policy's name (its chain entry). */
+            policy: string;
+            /** @description The chain entry's position in the route's chain. */
+            entry?: number;
+            /** @description The chain entry's origin reference, as the Deployment view shows it (the Rate Limit row's JSON path, e.g. $.consumer.global.token, or a guardrail id). */
+            origin: string;
+            /** @enum {string} */
+            scope: "consumer" | "backend";
+            /** @description "" for a counter across every resource, else the resource, e.g. /chat/completions. */
+            resource: string;
+            /** @enum {string} */
+            dimension: "requests" | "tokens" | "cost";
+            /** @description The policy's own name of the counter (total, requests, cost, ...). */
+            counter?: string;
+            /** @description The reset period as people read it ("1 hour"). */
+            period: string;
+            /** @enum {string} */
+            unit: "requests" | "tokens" | "usd";
+            /** @description Decimal (USD as a decimal number of dollars). */
+            limit: string;
+            /** @description Decimal, negative in debt. */
+            remaining: string;
+            /** Format: double */
+            usedPercent: number;
+            /** Format: date-time */
+            resetsAt: string;
+            alertAt?: number[];
         };
         PolicyList: {
             policies: components["schemas"]["Policy"][];
@@ -1480,6 +1549,32 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getApplicationBudgets: {
+        parameters: {
+            query?: {
+                /** @description Only this provider (by name). */
+                provider?: string;
+            };
+            header?: never;
+            path: {
+                applicationId: components["parameters"]["ApplicationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The budgets. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApplicationBudgets"];
+                };
             };
             default: components["responses"]["Error"];
         };
