@@ -167,6 +167,9 @@ type Tx interface {
 	// ListUsageRecords returns at most q.Limit raw records, newest first.
 	ListUsageRecords(ctx context.Context, q RecordQuery) ([]UsageRecord, error)
 
+	// Budget alerts (alerts.go).
+	AlertTx
+
 	// Audit log, newest first.
 	InsertAudit(ctx context.Context, e AuditEntry) (int64, error)
 	// ListAudit returns at most limit entries with ids below beforeID (0:
