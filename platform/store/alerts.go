@@ -208,4 +208,3 @@ func sortAlerts(es []AlertEvent) {
 		return strings.Compare(a.ID, b.ID)
 	})
 }
-
