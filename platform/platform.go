@@ -30,10 +30,13 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"sluice/counter"
 	"sluice/counter/counterconfig"
 	"sluice/deployment"
+	"sluice/platform/alerts"
 	"sluice/platform/api"
 	"sluice/platform/budgets"
 	"sluice/platform/delivery"
@@ -92,6 +95,9 @@ type Options struct {
 	// own store on it (same keys, closed by Close); with memory counters
 	// budgets are not available.
 	CounterStore counter.Store
+	// Alerts tunes the budget alerts' delivery (tests); Store, Box,
+	// Budgets, Now, Logger and Metrics are the platform's.
+	Alerts alerts.Options
 }
 
 // Platform is a running control plane.
@@ -169,10 +175,6 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	usageSvc, err := usage.New(usage.Options{Store: st, Retention: o.UsageRetention, Now: o.Now, Logger: o.Logger})
-	if err != nil {
-		return nil, err
-	}
 	counters, closers, reason, err := budgetCounters(o)
 	if err != nil {
 		return nil, err
@@ -188,6 +190,20 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 		closeAll()
 		return nil, err
 	}
+	reg := prometheus.NewRegistry()
+	ao := o.Alerts
+	ao.Store, ao.Box, ao.Budgets, ao.Now, ao.Logger, ao.Metrics = st, box, reader, o.Now, o.Logger, reg
+	alertSvc, err := alerts.New(ao)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	usageSvc, err := usage.New(usage.Options{Store: st, Retention: o.UsageRetention, Now: o.Now, Logger: o.Logger,
+		Stored: alertSvc.Observe})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
 	srv, err := api.New(api.Options{Store: st, Box: box, Hub: hub, Registry: o.Registry, Usage: usageSvc, Budgets: reader,
 		Logger: o.Logger, Now: o.Now})
 	if err != nil {
@@ -197,13 +213,18 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	srv.Register(e)
 	if o.Console != nil {
 		e.Match([]string{http.MethodGet, http.MethodHead}, "/*", echo.WrapHandler(o.Console))
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	p := &Platform{store: st, hub: hub, api: srv, usage: usageSvc, budgets: reader, closers: closers, echo: e, now: o.Now, stop: stop}
-	p.done.Add(2)
+	p.done.Add(3)
+	go func() {
+		defer p.done.Done()
+		alertSvc.Run(wctx)
+	}()
 	go func() {
 		defer p.done.Done()
 		hub.Watch(wctx, o.WatchEvery)

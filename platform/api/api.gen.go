@@ -12,6 +12,48 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AlertTrigger.
+const (
+	AlertTriggerDenied    AlertTrigger = "denied"
+	AlertTriggerThreshold AlertTrigger = "threshold"
+)
+
+// Valid indicates whether the value is a known member of the AlertTrigger enum.
+func (e AlertTrigger) Valid() bool {
+	switch e {
+	case AlertTriggerDenied:
+		return true
+	case AlertTriggerThreshold:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AlertDeliveryState.
+const (
+	AlertDeliveryStateDelivered AlertDeliveryState = "delivered"
+	AlertDeliveryStateFailed    AlertDeliveryState = "failed"
+	AlertDeliveryStateNone      AlertDeliveryState = "none"
+	AlertDeliveryStatePending   AlertDeliveryState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the AlertDeliveryState enum.
+func (e AlertDeliveryState) Valid() bool {
+	switch e {
+	case AlertDeliveryStateDelivered:
+		return true
+	case AlertDeliveryStateFailed:
+		return true
+	case AlertDeliveryStateNone:
+		return true
+	case AlertDeliveryStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BudgetDimension.
 const (
 	BudgetDimensionCost     BudgetDimension = "cost"
@@ -251,37 +293,37 @@ func (e ResetUnit) Valid() bool {
 
 // Defines values for Resolution.
 const (
-	Abandoned      Resolution = "abandoned"
-	AuthFailed     Resolution = "auth_failed"
-	Closed         Resolution = "closed"
-	Denied         Resolution = "denied"
-	InternalError  Resolution = "internal_error"
-	InvalidRequest Resolution = "invalid_request"
-	Released       Resolution = "released"
-	Settled        Resolution = "settled"
-	UpstreamError  Resolution = "upstream_error"
+	ResolutionAbandoned      Resolution = "abandoned"
+	ResolutionAuthFailed     Resolution = "auth_failed"
+	ResolutionClosed         Resolution = "closed"
+	ResolutionDenied         Resolution = "denied"
+	ResolutionInternalError  Resolution = "internal_error"
+	ResolutionInvalidRequest Resolution = "invalid_request"
+	ResolutionReleased       Resolution = "released"
+	ResolutionSettled        Resolution = "settled"
+	ResolutionUpstreamError  Resolution = "upstream_error"
 )
 
 // Valid indicates whether the value is a known member of the Resolution enum.
 func (e Resolution) Valid() bool {
 	switch e {
-	case Abandoned:
+	case ResolutionAbandoned:
 		return true
-	case AuthFailed:
+	case ResolutionAuthFailed:
 		return true
-	case Closed:
+	case ResolutionClosed:
 		return true
-	case Denied:
+	case ResolutionDenied:
 		return true
-	case InternalError:
+	case ResolutionInternalError:
 		return true
-	case InvalidRequest:
+	case ResolutionInvalidRequest:
 		return true
-	case Released:
+	case ResolutionReleased:
 		return true
-	case Settled:
+	case ResolutionSettled:
 		return true
-	case UpstreamError:
+	case ResolutionUpstreamError:
 		return true
 	default:
 		return false
@@ -438,8 +480,65 @@ func (e GetUsageParamsBucket) Valid() bool {
 	}
 }
 
+// Alert defines model for Alert.
+type Alert struct {
+	ApplicationId  string        `json:"applicationId"`
+	At             time.Time     `json:"at"`
+	Delivery       AlertDelivery `json:"delivery"`
+	Dimension      string        `json:"dimension"`
+	Id             string        `json:"id"`
+	Limit          string        `json:"limit"`
+	Origin         string        `json:"origin"`
+	Period         string        `json:"period"`
+	Policy         string        `json:"policy"`
+	Provider       string        `json:"provider"`
+	Resource       string        `json:"resource"`
+	Route          string        `json:"route"`
+	Scope          string        `json:"scope"`
+	Threshold      int           `json:"threshold"`
+	Trigger        AlertTrigger  `json:"trigger"`
+	Unit           string        `json:"unit"`
+	Used           string        `json:"used"`
+	UsedPercent    *float64      `json:"usedPercent,omitempty"`
+	WindowResetsAt time.Time     `json:"windowResetsAt"`
+}
+
+// AlertTrigger defines model for Alert.Trigger.
+type AlertTrigger string
+
 // AlertAt Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts).
 type AlertAt = []int
+
+// AlertDelivery defines model for AlertDelivery.
+type AlertDelivery struct {
+	Attempts    int                `json:"attempts"`
+	DeliveredAt *time.Time         `json:"deliveredAt,omitempty"`
+	LastError   string             `json:"lastError"`
+	State       AlertDeliveryState `json:"state"`
+}
+
+// AlertDeliveryState defines model for AlertDelivery.State.
+type AlertDeliveryState string
+
+// AlertPage defines model for AlertPage.
+type AlertPage struct {
+	Alerts []Alert `json:"alerts"`
+
+	// NextCursor Pass as cursor= for the next page; "" on the last page.
+	NextCursor string `json:"nextCursor"`
+}
+
+// AlertWebhook defines model for AlertWebhook.
+type AlertWebhook struct {
+	SecretSet bool   `json:"secretSet"`
+	Url       string `json:"url"`
+}
+
+// AlertWebhookInput defines model for AlertWebhookInput.
+type AlertWebhookInput struct {
+	Secret *string `json:"secret,omitempty"`
+	Url    string  `json:"url"`
+}
 
 // Application defines model for Application.
 type Application struct {
@@ -1067,6 +1166,19 @@ type UsageRoute = string
 // UsageTo defines model for UsageTo.
 type UsageTo = time.Time
 
+// ListAlertsParams defines parameters for ListAlerts.
+type ListAlertsParams struct {
+	// Application Only this application (id).
+	Application *string `form:"application,omitempty" json:"application,omitempty"`
+
+	// Provider Only this provider (name).
+	Provider *string `form:"provider,omitempty" json:"provider,omitempty"`
+
+	// Cursor The `nextCursor` of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // GetApplicationBudgetsParams defines parameters for GetApplicationBudgets.
 type GetApplicationBudgetsParams struct {
 	// Provider Only this provider (by name).
@@ -1181,6 +1293,9 @@ type ListUsageRecordsParams struct {
 	Format *Format `form:"format,omitempty" json:"format,omitempty"`
 }
 
+// PutAlertWebhookJSONRequestBody defines body for PutAlertWebhook for application/json ContentType.
+type PutAlertWebhookJSONRequestBody = AlertWebhookInput
+
 // CreateApplicationJSONRequestBody defines body for CreateApplication for application/json ContentType.
 type CreateApplicationJSONRequestBody = ApplicationInput
 
@@ -1216,6 +1331,18 @@ type PutRateLimitsJSONRequestBody = RateLimits
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+
+	// (GET /alerts)
+	ListAlerts(ctx echo.Context, params ListAlertsParams) error
+
+	// (DELETE /alerts/webhook)
+	DeleteAlertWebhook(ctx echo.Context) error
+
+	// (GET /alerts/webhook)
+	GetAlertWebhook(ctx echo.Context) error
+
+	// (PUT /alerts/webhook)
+	PutAlertWebhook(ctx echo.Context) error
 
 	// (GET /applications)
 	ListApplications(ctx echo.Context) error
@@ -1326,6 +1453,72 @@ type ServerInterface interface {
 // ServerInterfaceWrapper converts echo contexts to parameters.
 type ServerInterfaceWrapper struct {
 	Handler ServerInterface
+}
+
+// ListAlerts converts echo context to params.
+func (w *ServerInterfaceWrapper) ListAlerts(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAlertsParams
+	// ------------- Optional query parameter "application" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "application", ctx.QueryParams(), &params.Application, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter application: %s", err))
+	}
+
+	// ------------- Optional query parameter "provider" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "provider", ctx.QueryParams(), &params.Provider, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter provider: %s", err))
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListAlerts(ctx, params)
+	return err
+}
+
+// DeleteAlertWebhook converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteAlertWebhook(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteAlertWebhook(ctx)
+	return err
+}
+
+// GetAlertWebhook converts echo context to params.
+func (w *ServerInterfaceWrapper) GetAlertWebhook(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetAlertWebhook(ctx)
+	return err
+}
+
+// PutAlertWebhook converts echo context to params.
+func (w *ServerInterfaceWrapper) PutAlertWebhook(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PutAlertWebhook(ctx)
+	return err
 }
 
 // ListApplications converts echo context to params.
@@ -2180,6 +2373,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/audit", wrapper.ListAudit, options.OperationMiddlewares["listAudit"]...)
 	router.GET(options.BaseURL+"/usage", wrapper.GetUsage, options.OperationMiddlewares["getUsage"]...)
 	router.GET(options.BaseURL+"/usage/records", wrapper.ListUsageRecords, options.OperationMiddlewares["listUsageRecords"]...)
+	router.GET(options.BaseURL+"/alerts", wrapper.ListAlerts, options.OperationMiddlewares["listAlerts"]...)
+	router.DELETE(options.BaseURL+"/alerts/webhook", wrapper.DeleteAlertWebhook, options.OperationMiddlewares["deleteAlertWebhook"]...)
+	router.GET(options.BaseURL+"/alerts/webhook", wrapper.GetAlertWebhook, options.OperationMiddlewares["getAlertWebhook"]...)
+	router.PUT(options.BaseURL+"/alerts/webhook", wrapper.PutAlertWebhook, options.OperationMiddlewares["putAlertWebhook"]...)
 	router.GET(options.BaseURL+"/gateway/deployment", wrapper.PollDeployment, options.OperationMiddlewares["pollDeployment"]...)
 	router.POST(options.BaseURL+"/gateway/status", wrapper.ReportStatus, options.OperationMiddlewares["reportStatus"]...)
 	router.POST(options.BaseURL+"/gateway/usage", wrapper.IngestUsage, options.OperationMiddlewares["ingestUsage"]...)

@@ -3,12 +3,10 @@ package api
 import (
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/labstack/echo/v4"
 
 	"sluice/platform/budgets"
-	"sluice/policies"
 )
 
 func (s *Server) GetApplicationBudgets(c echo.Context, id ApplicationId, params GetApplicationBudgetsParams) error {
@@ -35,19 +33,11 @@ func toBudget(l *budgets.Line) Budget {
 	b := Budget{
 		Provider: l.Provider, Route: l.Route, Policy: l.Policy, Entry: ptr(l.Entry), Origin: l.Origin,
 		Scope: BudgetScope(l.Scope), Resource: l.Resource, Dimension: BudgetDimension(l.Dimension), Counter: ptr(l.Counter),
-		Period: l.Period, Unit: BudgetUnit(l.Unit), Limit: amount(l.Unit, l.Limit), Remaining: amount(l.Unit, l.Remaining),
+		Period: l.Period, Unit: BudgetUnit(l.Unit), Limit: budgets.Amount(l.Unit, l.Limit), Remaining: budgets.Amount(l.Unit, l.Remaining),
 		UsedPercent: l.UsedPercent(), ResetsAt: l.ResetsAt(),
 	}
 	if len(l.AlertAt) > 0 {
 		b.AlertAt = ptr(append([]int(nil), l.AlertAt...))
 	}
 	return b
-}
-
-// amount writes a counter amount in unit: micro-USD as a decimal of dollars.
-func amount(unit string, n int64) string {
-	if unit == "usd" {
-		return policies.USDMicrosDecimal(n)
-	}
-	return strconv.FormatInt(n, 10)
 }

@@ -86,6 +86,8 @@ func (r *Reader) Available() (bool, string) {
 
 // Line is one counter of one limit that applies to the application.
 type Line struct {
+	// AppID is the application the line was read for.
+	AppID string
 	// Provider is the provider's name, Route the route's (the same in
 	// generated deployments).
 	Provider, Route string
@@ -253,7 +255,7 @@ func identified(ctx context.Context, rt *route, appID, res string, now time.Time
 
 func (rt *route) line(e *policies.Entry, q policies.QuotaLine, appID, res string, at time.Time) Line {
 	l := Line{
-		Provider: rt.provider, Route: rt.name, Entry: e.Route.Position, Policy: q.Policy,
+		AppID: appID, Provider: rt.provider, Route: rt.name, Entry: e.Route.Position, Policy: q.Policy,
 		Scope: "backend", Counter: q.Dimension, Label: q.Period, Period: q.Period,
 		Unit: string(q.Unit), Limit: q.Limit, Remaining: q.Remaining, ResetAfter: q.ResetAfter, At: at,
 	}
@@ -415,4 +417,13 @@ func (r *Reader) build(ctx context.Context) (*snapshot, error) {
 			origins: res.Origins[rt.Name], rows: p.RateLimits.Rows()})
 	}
 	return s, nil
+}
+
+// Amount writes a counter amount in unit: micro-USD ("usd") as a decimal
+// number of dollars, else the integer.
+func Amount(unit string, n int64) string {
+	if unit == "usd" {
+		return policies.USDMicrosDecimal(n)
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -389,6 +389,41 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/alerts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Budget alert events with their delivery state, newest first. */
+        get: operations["listAlerts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/alerts/webhook": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["getAlertWebhook"];
+        /** @description Sets the webhook. `secret` is write-only; leave it out to keep the current one. */
+        put: operations["putAlertWebhook"];
+        post?: never;
+        /** @description Removes the webhook; later events are stored with delivery state none. */
+        delete: operations["deleteAlertWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/gateway/deployment": {
         parameters: {
             query?: never;
@@ -686,6 +721,52 @@ export interface components {
             /** Format: date-time */
             resetsAt: string;
             alertAt?: number[];
+        };
+        AlertWebhook: {
+            url: string;
+            secretSet: boolean;
+        };
+        AlertWebhookInput: {
+            url: string;
+            secret?: string;
+        };
+        AlertPage: {
+            alerts: components["schemas"]["Alert"][];
+            /** @description Pass as cursor= for the next page; "" on the last page. */
+            nextCursor: string;
+        };
+        Alert: {
+            id: string;
+            /** Format: date-time */
+            at: string;
+            threshold: number;
+            /** @enum {string} */
+            trigger: "threshold" | "denied";
+            applicationId: string;
+            provider: string;
+            route: string;
+            policy: string;
+            origin: string;
+            scope: string;
+            resource: string;
+            dimension: string;
+            period: string;
+            unit: string;
+            limit: string;
+            used: string;
+            /** Format: double */
+            usedPercent?: number;
+            /** Format: date-time */
+            windowResetsAt: string;
+            delivery: components["schemas"]["AlertDelivery"];
+        };
+        AlertDelivery: {
+            /** @enum {string} */
+            state: "pending" | "delivered" | "failed" | "none";
+            attempts: number;
+            lastError: string;
+            /** Format: date-time */
+            deliveredAt?: string;
         };
         PolicyList: {
             policies: components["schemas"]["Policy"][];
@@ -1799,6 +1880,100 @@ export interface operations {
                     "application/json": components["schemas"]["UsageRecordPage"];
                     "text/csv": string;
                 };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listAlerts: {
+        parameters: {
+            query?: {
+                /** @description Only this application (id). */
+                application?: string;
+                /** @description Only this provider (name). */
+                provider?: string;
+                /** @description The `nextCursor` of the previous page. */
+                cursor?: string;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of alerts. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertPage"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getAlertWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The webhook (url "" when none is set); the secret is never shown. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertWebhook"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    putAlertWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AlertWebhookInput"];
+            };
+        };
+        responses: {
+            /** @description The webhook. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertWebhook"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    deleteAlertWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             default: components["responses"]["Error"];
         };
