@@ -58,11 +58,16 @@ const (
 	claimBatch = 10
 )
 
+// Budgets reads an application's budgets on a provider (budgets.Reader).
+type Budgets interface {
+	Application(ctx context.Context, appID, provider string) (budgets.Report, error)
+}
+
 // Options configure a Service.
 type Options struct {
 	Store   store.Store
 	Box     *secrets.Box
-	Budgets *budgets.Reader
+	Budgets Budgets
 	Now     func() time.Time
 	Logger  *slog.Logger
 	// Metrics registers the alert metrics (nil: none).

@@ -121,7 +121,8 @@ func (s *Service) attempt(ctx context.Context, url string, secret []byte, e *sto
 		return // shutting down: the claim expires and another attempt follows
 	}
 	now := s.o.Now()
-	r := store.AlertResult{Attempts: e.Attempts + 1, NextAt: now}
+	// A delivery keeps the error of the attempt before it, if any.
+	r := store.AlertResult{Attempts: e.Attempts + 1, NextAt: now, LastError: e.LastError}
 	switch {
 	case perr == nil:
 		r.State, r.DeliveredAt = store.AlertDelivered, &now
