@@ -185,7 +185,7 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 		}
 	}
 	reader, err := budgets.New(budgets.Options{Store: st, Box: box, Registry: o.Registry, Counters: counters, Unavailable: reason,
-		Now: o.Now, Logger: o.Logger})
+		Version: hub.Version, Now: o.Now, Logger: o.Logger})
 	if err != nil {
 		closeAll()
 		return nil, err

@@ -61,6 +61,8 @@ const (
 // Budgets reads an application's budgets on a provider (budgets.Reader).
 type Budgets interface {
 	Application(ctx context.Context, appID, provider string) (budgets.Report, error)
+	// Limits lists the limits without reading the counters.
+	Limits(ctx context.Context, appID, provider string) ([]budgets.Line, error)
 }
 
 // Options configure a Service.
@@ -203,22 +205,24 @@ func (s *Service) detectLoop(ctx context.Context) {
 // Event is an alert as the webhook receives it and the API lists it
 // (without its delivery).
 type Event struct {
-	Type           string    `json:"type"`
-	ID             string    `json:"id"`
-	At             time.Time `json:"at"`
-	Threshold      int       `json:"threshold"`
-	Trigger        string    `json:"trigger"`
-	ApplicationID  string    `json:"applicationId"`
-	Provider       string    `json:"provider"`
-	Route          string    `json:"route"`
-	Policy         string    `json:"policy"`
-	Origin         string    `json:"origin"`
-	Scope          string    `json:"scope"`
-	Resource       string    `json:"resource"`
-	Dimension      string    `json:"dimension"`
-	Period         string    `json:"period"`
-	Unit           string    `json:"unit"`
-	Limit          string    `json:"limit"`
+	Type          string    `json:"type"`
+	ID            string    `json:"id"`
+	At            time.Time `json:"at"`
+	Threshold     int       `json:"threshold"`
+	Trigger       string    `json:"trigger"`
+	ApplicationID string    `json:"applicationId"`
+	Provider      string    `json:"provider"`
+	Route         string    `json:"route"`
+	Policy        string    `json:"policy"`
+	Origin        string    `json:"origin"`
+	Scope         string    `json:"scope"`
+	Resource      string    `json:"resource"`
+	Dimension     string    `json:"dimension"`
+	Period        string    `json:"period"`
+	Unit          string    `json:"unit"`
+	Limit         string    `json:"limit"`
+	// Used and UsedPercent are "" and 0 when the counters could not be read
+	// (a denial on a platform without them).
 	Used           string    `json:"used"`
 	UsedPercent    float64   `json:"usedPercent"`
 	WindowResetsAt time.Time `json:"windowResetsAt"`
@@ -238,10 +242,19 @@ func (s *Service) detect(ctx context.Context, p pair, denied map[string]bool) er
 	}
 	var events []Event
 	lines := rep.Lines
+	if !rep.Available {
+		// Without the counters only a denial says a limit was reached.
+		if len(denied) == 0 {
+			return nil
+		}
+		if lines, err = s.o.Budgets.Limits(ctx, p.app, p.provider); err != nil {
+			return err
+		}
+	}
 	for i := range lines {
 		l := &lines[i]
 		for _, t := range l.AlertAt {
-			if l.UsedPercent() >= float64(t) {
+			if !l.Unread && l.UsedPercent() >= float64(t) {
 				events = append(events, s.event(l, t, TriggerThreshold))
 			}
 		}
@@ -267,13 +280,17 @@ func (s *Service) detect(ctx context.Context, p pair, denied map[string]bool) er
 }
 
 func (s *Service) event(l *budgets.Line, threshold int, trigger string) Event {
-	return Event{
+	e := Event{
 		Type: EventType, ID: newID(), At: l.At.UTC(), Threshold: threshold, Trigger: trigger,
 		ApplicationID: l.AppID, Provider: l.Provider, Route: l.Route, Policy: l.Policy, Origin: l.Origin,
 		Scope: l.Scope, Resource: l.Resource, Dimension: l.Dimension, Period: l.Period, Unit: l.Unit,
 		Limit: budgets.Amount(l.Unit, l.Limit), Used: budgets.Amount(l.Unit, l.Used()), UsedPercent: l.UsedPercent(),
 		WindowResetsAt: l.WindowEnd(),
 	}
+	if l.Unread {
+		e.Used, e.UsedPercent = "", 0
+	}
+	return e
 }
 
 // dedupe is the once-per-window key of e: the provider, the limit (its

@@ -12,6 +12,7 @@ import (
 	"sluice/meter"
 	"sluice/platform/alerts"
 	"sluice/platform/budgets"
+	"sluice/platform/generate"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
 	"sluice/platform/store/storetest"
@@ -21,6 +22,8 @@ import (
 type fakeBudgets struct {
 	mu    sync.Mutex
 	lines []budgets.Line
+	// unavailable: the counters cannot be read; Limits serves lines.
+	unavailable bool
 }
 
 func (f *fakeBudgets) set(lines ...budgets.Line) {
@@ -38,7 +41,23 @@ func (f *fakeBudgets) Application(_ context.Context, app, provider string) (budg
 			out = append(out, l)
 		}
 	}
+	if f.unavailable {
+		return budgets.Report{Reason: "memory counters"}, nil
+	}
 	return budgets.Report{Available: true, Lines: out}, nil
+}
+
+func (f *fakeBudgets) Limits(_ context.Context, app, provider string) ([]budgets.Line, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []budgets.Line
+	for _, l := range f.lines {
+		if l.AppID == app && l.Provider == provider {
+			l.Remaining, l.ResetAfter, l.Unread = 0, 0, true
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
 
 var day = time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
@@ -47,7 +66,8 @@ var day = time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
 func line(policy, origin string, used int64, at time.Time, alertAt ...int) budgets.Line {
 	return budgets.Line{AppID: "app-1", Provider: "openai", Route: "openai", Policy: policy, Origin: origin,
 		Scope: "consumer", Dimension: "tokens", Counter: "total", Period: "1 day", Label: "window-1d", Unit: "tokens",
-		Limit: 1000, Remaining: 1000 - used, At: at, ResetAfter: day.Add(14 * time.Hour).Sub(at), AlertAt: alertAt}
+		Limit: 1000, Remaining: 1000 - used, At: at, ResetAfter: day.Add(14 * time.Hour).Sub(at), AlertAt: alertAt,
+		Reset: generate.Reset{Duration: 1, Unit: generate.Day}}
 }
 
 func box(t *testing.T) *secrets.Box {
@@ -178,6 +198,26 @@ func TestDeniedFiresHundred(t *testing.T) {
 		e.svc.Observe([]meter.Record{record("r2"), denied})
 		time.Sleep(50 * time.Millisecond)
 		e.waitEvents(1, nil)
+	})
+}
+
+// Without the counters only a denial fires, its 100 % event, with the
+// limit from the settings and no figure of use.
+func TestDeniedWithoutCounters(t *testing.T) {
+	storetest.Engines(t, func(t *testing.T, st store.Store) {
+		e := start(t, st, alerts.Options{})
+		e.bud.unavailable = true
+		e.bud.set(line("token-based-ratelimit", "$.consumer.global.token", 950, day, 80, 100))
+		e.svc.Observe([]meter.Record{record("r1")})
+		denied := record("r2")
+		denied.Resolution, denied.DeniedBy, denied.ErrorCode = meter.Denied, "token-based-ratelimit", "rate_limit_exceeded"
+		e.svc.Observe([]meter.Record{denied})
+		es := e.waitEvents(1, nil)
+		ev := payload(t, es[0])
+		if ev.Threshold != 100 || ev.Trigger != alerts.TriggerDenied || ev.Used != "" || ev.Limit != "1000" ||
+			!ev.WindowResetsAt.Equal(day.Add(14*time.Hour)) {
+			t.Fatalf("event %+v", ev)
+		}
 	})
 }
 

@@ -47,8 +47,12 @@ type Options struct {
 	// not available, for Unavailable's reason.
 	Counters    counter.Store
 	Unavailable string
-	Now         func() time.Time
-	Logger      *slog.Logger
+	// Version, when set, is the current deployment version as the platform
+	// knows it (delivery.Hub.Version), read instead of the store's on every
+	// call; nil: the store's.
+	Version func() int64
+	Now     func() time.Time
+	Logger  *slog.Logger
 }
 
 // Reader peeks budgets. Safe for concurrent use.
@@ -116,8 +120,13 @@ type Line struct {
 	ResetAfter       time.Duration
 	// At is when the counter was read.
 	At time.Time
-	// AlertAt are the Rate Limit row's thresholds (percent).
+	// AlertAt are the Rate Limit row's thresholds (percent), Reset its
+	// period (zero for a line without a row).
 	AlertAt []int
+	Reset   generate.Reset
+	// Unread is set on a line the counters were not read for (Limits):
+	// Remaining and ResetAfter are then unknown (zero).
+	Unread bool
 }
 
 // Used is the part of the limit used, Limit - Remaining.
@@ -140,14 +149,26 @@ func (l *Line) ResetsAt() time.Time {
 	return t
 }
 
-// WindowEnd names the window the counter is in, stably across reads of one
-// window (alerts fire once per window): for a fixed or calendar window its
-// end, At + ResetAfter rounded to the minute (windows start on whole
-// minutes; the rounding absorbs the store's and the platform's clocks
-// reading a few milliseconds apart); for a token bucket, which has no
-// window, the end of the slot of one period, aligned on the Unix epoch,
-// that At falls in.
+// WindowEnd names the window the line's counter is in at At, stably
+// across reads of one window (alerts fire once per window): for a fixed or
+// calendar window its end; for a token bucket, which has no window, the
+// end of the period-long slot, aligned on the Unix epoch, that At falls in.
+// From the Rate Limit row's period when the line has one, else from the
+// counter (At + ResetAfter rounded to the minute; windows start on whole
+// minutes).
 func (l *Line) WindowEnd() time.Time {
+	if d, alg, err := l.Reset.Period(); err == nil {
+		switch {
+		case alg == "token-bucket":
+			return l.At.Truncate(d).Add(d).UTC()
+		case l.Reset.Unit == generate.Month:
+			_, end := counter.WindowBounds(counter.CalendarMonth, d, l.At.UnixMicro())
+			return time.UnixMicro(end).UTC()
+		default:
+			_, end := counter.WindowBounds(counter.FixedWindow, d, l.At.UnixMicro())
+			return time.UnixMicro(end).UTC()
+		}
+	}
 	if p, ok := bucketPeriod(l.Label); ok {
 		return l.At.Truncate(p).Add(p).UTC()
 	}
@@ -203,6 +224,55 @@ func (r *Reader) Application(ctx context.Context, appID, provider string) (Repor
 		rep.Lines = append(rep.Lines, r.peek(ctx, s, rt, appID)...)
 	}
 	return rep, nil
+}
+
+// Limits lists the Rate Limit rows that apply to application appID on
+// provider (a name), as lines whose counters were not read (Unread): what
+// the alerts of a denial need when the counters cannot be read. A
+// per-resource row attached to one resource names it; one attached to
+// several (a default) has resource "".
+func (r *Reader) Limits(ctx context.Context, appID, provider string) ([]Line, error) {
+	s, err := r.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.release(s)
+	app, ok := s.apps[appID]
+	if !ok {
+		return nil, ErrUnknownApplication
+	}
+	var out []Line
+	for _, rt := range s.routes {
+		if !app[rt.providerID] || rt.provider != provider {
+			continue
+		}
+		for i, o := range rt.origins {
+			row, ok := rt.rows[o.Ref]
+			if o.Kind != generate.OriginRateLimit || !ok || i >= len(rt.doc.Policies) {
+				continue
+			}
+			e := rt.doc.Policies[i]
+			l := Line{AppID: appID, Provider: rt.provider, Route: rt.name, Entry: i, Policy: e.Name, Origin: o.Ref,
+				Scope: "backend", Period: row.Reset.Text(), Limit: row.Limit, At: r.o.Now(), AlertAt: row.AlertAt,
+				Reset: row.Reset, Unread: true}
+			if strings.HasPrefix(o.Ref, "$.consumer") {
+				l.Scope = "consumer"
+			}
+			if e.Resources != nil && len(e.Resources.Include) == 1 {
+				l.Resource = e.Resources.Include[0]
+			}
+			switch {
+			case strings.HasSuffix(o.Ref, ".request"):
+				l.Dimension, l.Unit = "requests", "requests"
+			case strings.HasSuffix(o.Ref, ".cost"):
+				l.Dimension, l.Unit = "cost", "usd"
+			default:
+				l.Dimension, l.Unit = "tokens", "tokens"
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
 
 // peek reports rt's counters for appID: the chain is asked once per
@@ -279,7 +349,7 @@ func (rt *route) line(e *policies.Entry, q policies.QuotaLine, appID, res string
 		o := rt.origins[e.Route.Position]
 		l.Origin = o.Ref
 		if row, ok := rt.rows[o.Ref]; ok && o.Kind == generate.OriginRateLimit {
-			l.Period, l.AlertAt = row.Reset.Text(), row.AlertAt
+			l.Period, l.AlertAt, l.Reset = row.Reset.Text(), row.AlertAt, row.Reset
 		}
 	}
 	return l
@@ -299,9 +369,11 @@ type snapshot struct {
 
 type route struct {
 	name, provider, providerID string
-	chain                      *policies.Chain
-	origins                    []generate.Origin
-	rows                       map[string]generate.Row
+	// chain is nil without a counter store.
+	chain   *policies.Chain
+	doc     *deployment.Route
+	origins []generate.Origin
+	rows    map[string]generate.Row
 }
 
 // acquire returns the current version's snapshot, built when the version
@@ -310,13 +382,15 @@ func (r *Reader) acquire(ctx context.Context) (*snapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var v int64
-	if err := r.o.Store.Read(ctx, func(tx store.Tx) (err error) {
+	if r.o.Version != nil {
+		v = r.o.Version()
+	} else if err := r.o.Store.Read(ctx, func(tx store.Tx) (err error) {
 		v, err = tx.Version(ctx)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	if r.cur == nil || r.cur.version != v {
+	if r.cur == nil || r.cur.version < v || (r.o.Version == nil && r.cur.version != v) {
 		s, err := r.build(ctx)
 		if err != nil {
 			return nil, err
@@ -344,6 +418,9 @@ func (r *Reader) release(s *snapshot) {
 
 func (r *Reader) close(s *snapshot) {
 	for _, rt := range s.routes {
+		if rt.chain == nil {
+			continue
+		}
 		if err := rt.chain.Close(); err != nil {
 			r.o.Logger.Warn("closing a budgets chain", "route", rt.name, "error", err)
 		}
@@ -388,10 +465,6 @@ func (r *Reader) build(ctx context.Context) (*snapshot, error) {
 		}
 		s.apps[a.ID] = g
 	}
-	counters := r.o.Counters
-	if counters == nil {
-		return s, nil
-	}
 	res, err := generate.Generate(set)
 	if err != nil {
 		return nil, fmt.Errorf("budgets: generating deployment version %d: %w", v, err)
@@ -405,16 +478,18 @@ func (r *Reader) build(ctx context.Context) (*snapshot, error) {
 		return nil, err
 	}
 	svc := policies.StandInServices()
-	svc.Counters, svc.Now, svc.Logger = counters, r.o.Now, r.o.Logger
+	svc.Counters, svc.Now, svc.Logger = r.o.Counters, r.o.Now, r.o.Logger
 	for i, rt := range d.Routes {
-		ch, err := r.o.Registry.BuildRoute(d, i, svc)
-		if err != nil {
-			r.close(s)
-			return nil, fmt.Errorf("budgets: building route %q: %w", rt.Name, err)
-		}
 		p := set.Providers[i]
-		s.routes = append(s.routes, &route{name: rt.Name, provider: rt.Provider, providerID: p.ID, chain: ch,
-			origins: res.Origins[rt.Name], rows: p.RateLimits.Rows()})
+		x := &route{name: rt.Name, provider: rt.Provider, providerID: p.ID, doc: &d.Routes[i],
+			origins: res.Origins[rt.Name], rows: p.RateLimits.Rows()}
+		if r.o.Counters != nil {
+			if x.chain, err = r.o.Registry.BuildRoute(d, i, svc); err != nil {
+				r.close(s)
+				return nil, fmt.Errorf("budgets: building route %q: %w", rt.Name, err)
+			}
+		}
+		s.routes = append(s.routes, x)
 	}
 	return s, nil
 }

@@ -83,6 +83,10 @@ const (
 // MaxAlerts bounds the thresholds of one limit.
 const MaxAlerts = 10
 
+// Period is r as the limit policies count it: the period and the algorithm
+// ("token-bucket", "fixed-window" or "calendar"; see period).
+func (r Reset) Period() (time.Duration, string, error) { return period(r) }
+
 // Text is r as people read it: "1 hour", "2 days".
 func (r Reset) Text() string {
 	if r.Duration == 1 {
@@ -246,6 +250,8 @@ func resetPath(base string, r Reset) string {
 
 // Row is one limit of the settings as a chain entry's origin names it.
 type Row struct {
+	// Limit is the count, or the amount in micro-USD for a cost limit.
+	Limit int64
 	Reset Reset
 	// AlertAt are the row's alert thresholds (percent), ascending.
 	AlertAt []int
@@ -260,13 +266,13 @@ func (r *RateLimits) Rows() map[string]Row {
 			return
 		}
 		if c := l.Request; c != nil && c.Enabled {
-			out[path+".request"] = Row{Reset: c.Reset, AlertAt: c.AlertAt}
+			out[path+".request"] = Row{Limit: c.Count, Reset: c.Reset, AlertAt: c.AlertAt}
 		}
 		if c := l.Token; c != nil && c.Enabled {
-			out[path+".token"] = Row{Reset: c.Reset, AlertAt: c.AlertAt}
+			out[path+".token"] = Row{Limit: c.Count, Reset: c.Reset, AlertAt: c.AlertAt}
 		}
 		if c := l.Cost; c != nil && c.Enabled {
-			out[path+".cost"] = Row{Reset: c.Reset, AlertAt: c.AlertAt}
+			out[path+".cost"] = Row{Limit: int64(math.Round(c.Amount * 1e6)), Reset: c.Reset, AlertAt: c.AlertAt}
 		}
 	}
 	for _, sc := range []struct {
