@@ -221,6 +221,17 @@ func TestDeniedWithoutCounters(t *testing.T) {
 	})
 }
 
+// setWebhook sets a webhook (its secret sealed, or none).
+func setWebhook(t *testing.T, st store.Store, sealed []byte) {
+	t.Helper()
+	ctx := context.Background()
+	if err := st.Write(ctx, func(tx store.Tx) error {
+		return tx.SetAlertWebhook(ctx, store.AlertWebhook{URL: "http://hook.invalid/", SecretSealed: sealed, UpdatedAt: day})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // posts is a PostFunc that fails the first fail attempts of each event and
 // records the rest.
 type posts struct {
@@ -244,17 +255,11 @@ func (p *posts) post(_ context.Context, _ string, h http.Header, body []byte) er
 
 func TestDeliveryRetriesSignsAndGivesUp(t *testing.T) {
 	storetest.Engines(t, func(t *testing.T, st store.Store) {
-		ctx := context.Background()
-		b := box(t)
-		sealed, err := b.Seal([]byte("s3cret"), alerts.SecretAAD)
+		sealed, err := box(t).Seal([]byte("s3cret"), alerts.SecretAAD)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Write(ctx, func(tx store.Tx) error {
-			return tx.SetAlertWebhook(ctx, store.AlertWebhook{URL: "http://hook.invalid/", SecretSealed: sealed, UpdatedAt: day})
-		}); err != nil {
-			t.Fatal(err)
-		}
+		setWebhook(t, st, sealed)
 		p := &posts{fail: 2, tries: map[string]int{}, got: map[string][]http.Header{}}
 		e := start(t, st, alerts.Options{Post: p.post, FirstRetry: time.Millisecond, PollEvery: 5 * time.Millisecond})
 		e.bud.set(line("token-based-ratelimit", "$.consumer.global.token", 900, time.Now(), 80))
@@ -286,12 +291,7 @@ func TestDeliveryRetriesSignsAndGivesUp(t *testing.T) {
 
 func TestDeliveryFailsAfterMaxAttempts(t *testing.T) {
 	storetest.Engines(t, func(t *testing.T, st store.Store) {
-		ctx := context.Background()
-		if err := st.Write(ctx, func(tx store.Tx) error {
-			return tx.SetAlertWebhook(ctx, store.AlertWebhook{URL: "http://hook.invalid/", UpdatedAt: day})
-		}); err != nil {
-			t.Fatal(err)
-		}
+		setWebhook(t, st, nil)
 		p := &posts{fail: 1000, tries: map[string]int{}, got: map[string][]http.Header{}}
 		e := start(t, st, alerts.Options{Post: p.post, FirstRetry: time.Millisecond, PollEvery: 5 * time.Millisecond, MaxAttempts: 3})
 		e.bud.set(line("token-based-ratelimit", "$.consumer.global.token", 900, time.Now(), 80))
@@ -306,12 +306,7 @@ func TestDeliveryFailsAfterMaxAttempts(t *testing.T) {
 // Two platform replicas on one database deliver every event once.
 func TestReplicasDeliverOnce(t *testing.T) {
 	storetest.Engines(t, func(t *testing.T, st store.Store) {
-		ctx := context.Background()
-		if err := st.Write(ctx, func(tx store.Tx) error {
-			return tx.SetAlertWebhook(ctx, store.AlertWebhook{URL: "http://hook.invalid/", UpdatedAt: day})
-		}); err != nil {
-			t.Fatal(err)
-		}
+		setWebhook(t, st, nil)
 		p := &posts{tries: map[string]int{}, got: map[string][]http.Header{}}
 		o := alerts.Options{Post: p.post, PollEvery: time.Millisecond}
 		a, b := start(t, st, o), start(t, st, o)

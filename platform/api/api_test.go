@@ -6,12 +6,10 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +18,6 @@ import (
 
 	"sluice/platform"
 	"sluice/platform/api"
-	"sluice/policies/builtin"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -35,17 +32,7 @@ type client struct {
 
 func newPlatform(t *testing.T) *client {
 	t.Helper()
-	dir := t.TempDir()
-	p, err := platform.Open(context.Background(), platform.Options{DataDir: dir, AdminToken: adminToken, Registry: builtin.Registry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(p.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		p.Close()
-	})
-	return &client{t: t, url: srv.URL + api.BasePath, token: adminToken, dir: dir, p: p}
+	return newPlatformWith(t, platform.Options{})
 }
 
 // do sends body (JSON-encoded unless it is a string or nil) with headers

@@ -161,13 +161,7 @@ func (r *RateLimits) Validate() []Problem {
 	add := func(path, format string, args ...any) {
 		ps = append(ps, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
 	}
-	for _, sc := range []struct {
-		name string
-		s    *Scope
-	}{{"backend", r.Backend}, {"consumer", r.Consumer}} {
-		if sc.s == nil {
-			continue
-		}
+	for _, sc := range r.scopes() {
 		base := "$." + sc.name
 		if sc.s.Global != nil && sc.s.PerResource != nil {
 			add(base, "give global or perResource, not both")
@@ -248,6 +242,22 @@ func resetPath(base string, r Reset) string {
 	return base + ".reset.unit"
 }
 
+type namedScope struct {
+	name string
+	s    *Scope
+}
+
+// scopes are r's scopes that are set, backend first, by their JSON name.
+func (r *RateLimits) scopes() []namedScope {
+	var out []namedScope
+	for _, sc := range []namedScope{{"backend", r.Backend}, {"consumer", r.Consumer}} {
+		if sc.s != nil {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
 // Row is one limit of the settings as a chain entry's origin names it.
 type Row struct {
 	// Limit is the count, or the amount in micro-USD for a cost limit.
@@ -275,13 +285,7 @@ func (r *RateLimits) Rows() map[string]Row {
 			out[path+".cost"] = Row{Limit: int64(math.Round(c.Amount * 1e6)), Reset: c.Reset, AlertAt: c.AlertAt}
 		}
 	}
-	for _, sc := range []struct {
-		name string
-		s    *Scope
-	}{{"backend", r.Backend}, {"consumer", r.Consumer}} {
-		if sc.s == nil {
-			continue
-		}
+	for _, sc := range r.scopes() {
 		base := "$." + sc.name
 		set(base+".global", sc.s.Global)
 		if pr := sc.s.PerResource; pr != nil {
