@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"sluice/internal/proctest"
+	"sluice/internal/redistest"
 )
 
 // receiver is a webhook that answers 500 to its first delivery.
@@ -107,16 +108,26 @@ func (rc *receiver) thresholds() map[int]int {
 	return out
 }
 
+// TestBudgetAlertsAndRemainingBudgets runs on `sluice serve` with memory
+// counters (the platform reads the in-process gateway's store) and with
+// --counters-redis (the platform opens its own store on the same keys).
 func TestBudgetAlertsAndRemainingBudgets(t *testing.T) {
 	bin := sluiceBin.Path(t)
 	mock := proctest.StartMock(t, bin).URL
+	t.Run("memory", func(t *testing.T) { budgetAlerts(t, bin, mock) })
+	t.Run("redis", func(t *testing.T) {
+		budgetAlerts(t, bin, mock, "--counters-redis", redistest.URL(t), "--counters-key-prefix", redistest.KeyPrefix(t))
+	})
+}
+
+func budgetAlerts(t *testing.T, bin, mock string, serveArgs ...string) {
 	rc := &receiver{t: t, secret: "whsec-e2e-0123456789", ok: map[string][]alertBody{}}
 	hook := httptest.NewServer(rc)
 	defer hook.Close()
 
 	serve := proctest.Start(t, bin, proctest.Spec{Name: "serve", ReadyPath: "/healthz",
-		Env:  withEnv("SLUICE_ADMIN_TOKEN=" + e2eAdminToken),
-		Args: []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", t.TempDir()}})
+		Env:  withEnv("SLUICE_ADMIN_TOKEN="+e2eAdminToken, countersEnv+"="),
+		Args: append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data", t.TempDir()}, serveArgs...)})
 	gw := gatewayLine(t, serve)
 	a := newAdmin(t, serve.URL)
 

@@ -4,7 +4,9 @@
 // (platform/delivery) and usage ingest (platform/usage) over HTTP. Below it:
 // store (SQLite and PostgreSQL), api (spec-first REST API), generate (Rate
 // Limit settings and guardrails to a deployment document), delivery
-// (long-poll hub), usage (ingest, rollups, retention), secrets.
+// (long-poll hub), usage (ingest, rollups, retention), budgets (remaining
+// budgets peeked from the counters), alerts (budget alerts and their
+// webhook outbox), secrets.
 //
 // Import rule (docs/architecture.md, checked by internal/layout): the
 // platform imports its own subpackages, the deployment document
