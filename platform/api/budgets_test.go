@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"sluice/llmapi"
 	"sluice/platform"
 	"sluice/platform/api"
+	"sluice/platform/usage/usagetest"
 	"sluice/policies"
 	"sluice/policies/builtin"
 	"sluice/sharedctx"
@@ -169,3 +171,43 @@ func TestApplicationBudgetsUnavailable(t *testing.T) {
 		t.Fatalf("budgets: %+v", b)
 	}
 }
+
+// An ingested batch of an application past a threshold stores the event,
+// shown by GET /alerts with delivery state none (no webhook).
+func TestIngestFiresAlerts(t *testing.T) {
+	store := memory.New(memory.Options{})
+	c := newPlatformWith(t, platform.Options{CounterStore: store})
+	p := c.provider("openai")
+	c.must(200, "PUT", "/providers/"+p.Id+"/rate-limits", map[string]any{"consumer": map[string]any{"global": map[string]any{
+		"request": map[string]any{"enabled": true, "count": 4, "reset": map[string]any{"duration": 1, "unit": "day"}, "alertAt": []int{50, 100}}}}},
+		nil, "If-Match", "*")
+	var app api.Application
+	c.must(201, "POST", "/applications", map[string]any{"name": "shop", "providers": []string{p.Id}}, &app)
+	if err := c.p.RegisterLocalGateway(context.Background(), "local", "test"); err != nil {
+		t.Fatal(err)
+	}
+	chargeRequest(t, c, store, "openai", app.Id)
+	chargeRequest(t, c, store, "openai", app.Id)
+	recs := usagetest.Random(rand.New(rand.NewPCG(1, 1)), usagetest.Shape{Applications: 1, KeysPerApp: 1, Providers: 1, ModelsPerProvider: 1},
+		2, "r", "local", time.Now().Add(-time.Minute), time.Minute)
+	for i := range recs {
+		recs[i].Application, recs[i].Provider = app.Id, "openai"
+	}
+	if err := c.p.IngestUsage(context.Background(), "local", usagetest.Batch(recs)); err != nil {
+		t.Fatal(err)
+	}
+	var page api.AlertPage
+	deadline := time.Now().Add(10 * time.Second)
+	for c.must(200, "GET", "/alerts?application="+app.Id, nil, &page); len(page.Alerts) < 1; c.must(200, "GET", "/alerts?application="+app.Id, nil, &page) {
+		if time.Now().After(deadline) {
+			t.Fatal("no alert after the ingest")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a := page.Alerts[0]
+	if len(page.Alerts) != 1 || a.Threshold != 50 || a.Trigger != "threshold" || a.Used != "2" || a.Limit != "4" ||
+		a.Origin != "$.consumer.global.request" || a.Delivery.State != "none" {
+		t.Fatalf("alerts: %+v", page.Alerts)
+	}
+}
+

@@ -285,7 +285,14 @@ func (r *Reader) peek(ctx context.Context, s *snapshot, rt *route, appID string)
 	}
 	seen := map[seenKey]bool{}
 	var out []Line
-	for _, res := range deployment.ResourceNames {
+	filtered := false
+	for _, e := range rt.chain.Entries() {
+		filtered = filtered || e.Resources != nil
+	}
+	for k, res := range deployment.ResourceNames {
+		if k > 0 && !filtered && !slices.ContainsFunc(out, func(l Line) bool { return l.Resource != "" }) {
+			break // every entry runs for every resource, and no counter is per resource
+		}
 		call := identified(ctx, rt, appID, res, r.o.Now())
 		for _, e := range rt.chain.EntriesFor(call) {
 			qr, ok := e.Policy.(policies.QuotaReporter)
