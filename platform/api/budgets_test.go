@@ -210,4 +210,3 @@ func TestIngestFiresAlerts(t *testing.T) {
 		t.Fatalf("alerts: %+v", page.Alerts)
 	}
 }
-
