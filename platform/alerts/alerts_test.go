@@ -83,6 +83,8 @@ type env struct {
 	st  store.Store
 	svc *alerts.Service
 	bud *fakeBudgets
+	// stop ends the service's Run (also at cleanup).
+	stop func()
 }
 
 func start(t *testing.T, st store.Store, o alerts.Options) *env {
@@ -97,7 +99,9 @@ func start(t *testing.T, st store.Store, o alerts.Options) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	e.stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(e.stop)
 	return e
 }
 
@@ -336,6 +340,38 @@ func TestReplicasDeliverOnce(t *testing.T) {
 			if tries != 1 {
 				t.Errorf("event %s posted %d times", id, tries)
 			}
+		}
+	})
+}
+
+// Pending deliveries survive a restart: a second service on the store
+// delivers what the first could not.
+func TestPendingDeliveryResumesAfterRestart(t *testing.T) {
+	storetest.Engines(t, func(t *testing.T, st store.Store) {
+		setWebhook(t, st, nil)
+		down := &posts{fail: 1000, tries: map[string]int{}, got: map[string][]http.Header{}}
+		first := start(t, st, alerts.Options{Post: down.post, FirstRetry: time.Hour, PollEvery: 5 * time.Millisecond})
+		first.bud.set(line("token-based-ratelimit", "$.consumer.global.token", 900, time.Now(), 80))
+		first.svc.Observe([]meter.Record{record("r1")})
+		first.waitEvents(1, func(es []store.AlertEvent) bool { return es[0].Attempts == 1 && es[0].State == store.AlertPending })
+		first.stop()
+		// Due now: the restarted service retries it without waiting for
+		// the first's hour of back-off.
+		ctx := context.Background()
+		if err := st.Write(ctx, func(tx store.Tx) error {
+			es, err := tx.ListAlertEvents(ctx, store.AlertQuery{Limit: 1})
+			if err != nil {
+				return err
+			}
+			return tx.FinishAlertEvent(ctx, es[0].ID, store.AlertResult{State: store.AlertPending, Attempts: 1, LastError: "refused", NextAt: time.Now()})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		up := &posts{tries: map[string]int{}, got: map[string][]http.Header{}}
+		second := start(t, st, alerts.Options{Post: up.post, PollEvery: 5 * time.Millisecond})
+		es := second.waitEvents(1, func(es []store.AlertEvent) bool { return es[0].State == store.AlertDelivered })
+		if es[0].Attempts != 2 {
+			t.Fatalf("delivered after %d attempts, want 2", es[0].Attempts)
 		}
 	})
 }

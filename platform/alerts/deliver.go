@@ -118,7 +118,16 @@ func (s *Service) attempt(ctx context.Context, url string, secret []byte, e *sto
 	}
 	perr := s.o.Post(ctx, url, h, e.Payload)
 	if perr != nil && ctx.Err() != nil {
-		return // shutting down: the claim expires and another attempt follows
+		// Shutting down: release the claim so that the next start (or
+		// another replica) attempts the event at once; should that fail,
+		// the claim expires.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = s.o.Store.Write(rctx, func(tx store.Tx) error {
+			return tx.FinishAlertEvent(rctx, e.ID, store.AlertResult{State: store.AlertPending, Attempts: e.Attempts,
+				LastError: e.LastError, NextAt: e.NextAt, DeliveredAt: e.DeliveredAt})
+		})
+		return
 	}
 	now := s.o.Now()
 	// A delivery keeps the error of the attempt before it, if any.
