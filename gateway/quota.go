@@ -106,8 +106,8 @@ func toQuotaLimit(l policies.QuotaLine, now time.Time) quotaLimit {
 	}
 	if l.Unit == policies.UnitUSDMicros {
 		q.Unit = "usd"
-		q.Limit = json.Number(microsToDecimal(l.Limit))
-		q.Remaining = json.Number(microsToDecimal(l.Remaining))
+		q.Limit = json.Number(policies.USDMicrosDecimal(l.Limit))
+		q.Remaining = json.Number(policies.USDMicrosDecimal(l.Remaining))
 	}
 	return q
 }
@@ -124,27 +124,4 @@ func ceilSecond(t time.Time) time.Time {
 		return tr.Add(time.Second)
 	}
 	return t
-}
-
-// microsToDecimal writes n micro-units as an exact decimal: 500000 -> "0.5",
-// -1250000 -> "-1.25", 3000000 -> "3".
-func microsToDecimal(n int64) string {
-	neg := n < 0
-	u := uint64(n)
-	if neg {
-		u = -u
-	}
-	whole, frac := u/1e6, u%1e6
-	s := strconv.FormatUint(whole, 10)
-	if frac != 0 {
-		f := strconv.FormatUint(frac+1e6, 10)[1:] // six digits, zero-padded
-		for f[len(f)-1] == '0' {
-			f = f[:len(f)-1]
-		}
-		s += "." + f
-	}
-	if neg {
-		s = "-" + s
-	}
-	return s
 }

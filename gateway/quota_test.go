@@ -190,7 +190,7 @@ func TestQuotaEndpoint(t *testing.T) {
 		fmt.Sprintf("token-based-ratelimit quota-route:app-a total bucket-1h tokens limit=10000 remaining=%d reset=%ds at=%s",
 			10000-tokenSpent, bucketReset, quotaNow.Add(time.Duration(bucketReset)*time.Second).Format(time.RFC3339)),
 		fmt.Sprintf("llm-cost-based-ratelimit quota-route:app-a cost window-1d usd limit=0.5 remaining=%s reset=43200s at=%s",
-			microsToDecimal(500000-2*costMicros), dayEnd),
+			policies.USDMicrosDecimal(500000-2*costMicros), dayEnd),
 	}, "\n") + "\n"
 
 	// Settlement runs in the final phase, right after the response was
@@ -278,8 +278,8 @@ func TestMicrosToDecimal(t *testing.T) {
 		{0, "0"}, {1, "0.000001"}, {500000, "0.5"}, {3000000, "3"}, {1250000, "1.25"},
 		{-1250000, "-1.25"}, {-7, "-0.000007"}, {123456789, "123.456789"},
 	} {
-		if got := microsToDecimal(tc.in); got != tc.want {
-			t.Errorf("microsToDecimal(%d) = %q, want %q", tc.in, got, tc.want)
+		if got := policies.USDMicrosDecimal(tc.in); got != tc.want {
+			t.Errorf("policies.USDMicrosDecimal(%d) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

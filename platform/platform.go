@@ -4,7 +4,9 @@
 // (platform/delivery) and usage ingest (platform/usage) over HTTP. Below it:
 // store (SQLite and PostgreSQL), api (spec-first REST API), generate (Rate
 // Limit settings and guardrails to a deployment document), delivery
-// (long-poll hub), usage (ingest, rollups, retention), secrets.
+// (long-poll hub), usage (ingest, rollups, retention), budgets (remaining
+// budgets peeked from the counters), alerts (budget alerts and their
+// webhook outbox), secrets.
 //
 // Import rule (docs/architecture.md, checked by internal/layout): the
 // platform imports its own subpackages, the deployment document
@@ -30,9 +32,15 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"sluice/counter"
+	"sluice/counter/counterconfig"
 	"sluice/deployment"
+	"sluice/platform/alerts"
 	"sluice/platform/api"
+	"sluice/platform/budgets"
 	"sluice/platform/delivery"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
@@ -83,6 +91,15 @@ type Options struct {
 	// stored one (the previous start's) is stored and is a new deployment
 	// version (counters.go).
 	Counters deployment.Counters
+	// CounterStore is the counter store the platform reads budgets from
+	// (peeks only; it stays the caller's): in `sluice serve`, the in-process
+	// gateway's. Nil: with a Redis Counters setting the platform opens its
+	// own store on it (same keys, closed by Close); with memory counters
+	// budgets are not available.
+	CounterStore counter.Store
+	// Alerts tunes the budget alerts' delivery (tests); Store, Box,
+	// Budgets, Now, Logger and Metrics are the platform's.
+	Alerts alerts.Options
 }
 
 // Platform is a running control plane.
@@ -91,9 +108,13 @@ type Platform struct {
 	hub   *delivery.Hub
 	api   *api.Server
 	usage *usage.Service
-	echo  *echo.Echo
-	now   func() time.Time
-	stop  context.CancelFunc
+	// budgets reads the counters; closers are what the platform opened for
+	// it (its own Redis store).
+	budgets *budgets.Reader
+	closers []func() error
+	echo    *echo.Echo
+	now     func() time.Time
+	stop    context.CancelFunc
 	// done counts the background loops (version watch, usage retention).
 	done sync.WaitGroup
 }
@@ -156,24 +177,56 @@ func build(ctx context.Context, st store.Store, o Options) (*Platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	usageSvc, err := usage.New(usage.Options{Store: st, Retention: o.UsageRetention, Now: o.Now, Logger: o.Logger})
+	counters, closers, reason, err := budgetCounters(o)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.New(api.Options{Store: st, Box: box, Hub: hub, Registry: o.Registry, Usage: usageSvc, Logger: o.Logger, Now: o.Now})
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}
+	reader, err := budgets.New(budgets.Options{Store: st, Box: box, Registry: o.Registry, Counters: counters, Unavailable: reason,
+		Version: hub.Version, Now: o.Now, Logger: o.Logger})
 	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	ao := o.Alerts
+	ao.Store, ao.Box, ao.Budgets, ao.Now, ao.Logger, ao.Metrics = st, box, reader, o.Now, o.Logger, reg
+	alertSvc, err := alerts.New(ao)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	usageSvc, err := usage.New(usage.Options{Store: st, Retention: o.UsageRetention, Now: o.Now, Logger: o.Logger,
+		Stored: alertSvc.Observe})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	srv, err := api.New(api.Options{Store: st, Box: box, Hub: hub, Registry: o.Registry, Usage: usageSvc, Budgets: reader,
+		Logger: o.Logger, Now: o.Now})
+	if err != nil {
+		closeAll()
 		return nil, err
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	srv.Register(e)
 	if o.Console != nil {
 		e.Match([]string{http.MethodGet, http.MethodHead}, "/*", echo.WrapHandler(o.Console))
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	p := &Platform{store: st, hub: hub, api: srv, usage: usageSvc, echo: e, now: o.Now, stop: stop}
-	p.done.Add(2)
+	p := &Platform{store: st, hub: hub, api: srv, usage: usageSvc, budgets: reader, closers: closers, echo: e, now: o.Now, stop: stop}
+	p.done.Add(3)
+	go func() {
+		defer p.done.Done()
+		alertSvc.Run(wctx)
+	}()
 	go func() {
 		defer p.done.Done()
 		hub.Watch(wctx, o.WatchEvery)
@@ -215,7 +268,36 @@ func (p *Platform) Handler() http.Handler { return p.echo }
 func (p *Platform) Close() error {
 	p.stop()
 	p.done.Wait()
-	return p.store.Close()
+	p.budgets.Close()
+	var errs []error
+	for _, c := range p.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(append(errs, p.store.Close())...)
+}
+
+// MemoryCountersReason is why a platform without a counter store of its
+// own cannot report budgets.
+const MemoryCountersReason = "counters are kept in each gateway's memory, which the platform cannot read: " +
+	"run the platform with --counters-redis (every gateway then counts in that Redis), or use sluice serve, " +
+	"whose platform reads its in-process gateway's counters"
+
+// budgetCounters is the counter store budgets are read from (see
+// Options.CounterStore), what to close with the platform, and the reason
+// when there is none.
+func budgetCounters(o Options) (counter.Store, []func() error, string, error) {
+	if o.CounterStore != nil {
+		return o.CounterStore, nil, "", nil
+	}
+	c := normalCounters(o.Counters)
+	if c.Backend != counterconfig.Redis {
+		return nil, nil, MemoryCountersReason, nil
+	}
+	st, err := counterconfig.New(c, counterconfig.Options{Logger: o.Logger, Now: o.Now})
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("platform: opening the counters to read budgets: %w", err)
+	}
+	return st, []func() error{st.Close}, "", nil
 }
 
 // Deployment waits up to wait for a deployment newer than after and returns

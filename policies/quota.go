@@ -1,6 +1,9 @@
 package policies
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // QuotaReporter is implemented by policies that keep counters for callers
 // (every limit policy). The gateway answers GET {context}/v1/quota with the
@@ -39,3 +42,26 @@ const (
 	UnitRequests  Unit = "requests"
 	UnitUSDMicros Unit = "usd_micros"
 )
+
+// USDMicrosDecimal writes n micro-USD as an exact decimal number of dollars:
+// 500000 -> "0.5", -1250000 -> "-1.25", 3000000 -> "3".
+func USDMicrosDecimal(n int64) string {
+	neg := n < 0
+	u := uint64(n)
+	if neg {
+		u = -u
+	}
+	whole, frac := u/1e6, u%1e6
+	s := strconv.FormatUint(whole, 10)
+	if frac != 0 {
+		f := strconv.FormatUint(frac+1e6, 10)[1:] // six digits, zero-padded
+		for f[len(f)-1] == '0' {
+			f = f[:len(f)-1]
+		}
+		s += "." + f
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}

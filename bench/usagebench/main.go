@@ -35,6 +35,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // size: the "pgx" driver
 	_ "modernc.org/sqlite"             // size: the "sqlite" driver
 
+	"sluice/counter"
+	"sluice/counter/memory"
 	"sluice/platform"
 	"sluice/platform/store"
 	"sluice/platform/usage"
@@ -50,6 +52,8 @@ type options struct {
 	days                       int
 	apps, keys, provs, models  int
 	generateBatch, queryRepeat int
+	// alerts: ingest with budget alert detection at work (see setupAlerts).
+	alerts bool
 }
 
 func main() {
@@ -66,6 +70,7 @@ func main() {
 	flag.IntVar(&o.models, "models", 4, "models per provider")
 	flag.IntVar(&o.generateBatch, "generate-batch", 5000, "generate: records per transaction")
 	flag.IntVar(&o.queryRepeat, "repeat", 20, "query: runs of each query")
+	flag.BoolVar(&o.alerts, "alerts", false, "ingest: the records' providers and applications exist, with Rate Limit rows that alert, and the platform reads a counter store: every batch's detection peeks real budgets")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -119,8 +124,12 @@ type server struct {
 }
 
 func startPlatform(o options) (*server, error) {
+	var counters counter.Store
+	if o.alerts {
+		counters = memory.New(memory.Options{})
+	}
 	p, err := platform.Open(context.Background(), platform.Options{DataDir: o.data, DatabaseURL: o.database,
-		AdminToken: adminToken, Registry: builtin.Registry(), UsageRetention: -1})
+		AdminToken: adminToken, Registry: builtin.Registry(), UsageRetention: -1, CounterStore: counters})
 	if err != nil {
 		return nil, err
 	}
@@ -140,10 +149,13 @@ func (s *server) close() {
 	_ = s.p.Close()
 }
 
-func (s *server) do(method, path, token, contentType string, body []byte) (int, []byte, error) {
+func (s *server) do(method, path, token, contentType string, body []byte, hdr ...string) (int, []byte, error) {
 	req, err := http.NewRequest(method, s.base+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	if contentType != "" {
@@ -159,6 +171,53 @@ func (s *server) do(method, path, token, contentType string, body []byte) (int, 
 }
 
 // --- ingest
+
+// setupAlerts, with -alerts, creates the records' providers (provider-N)
+// with per-application token, request and cost limits that alert at 50, 80
+// and 100 %, and their applications granted every provider; it returns the
+// applications' ids by the records' names (app-N).
+func setupAlerts(s *server, o options) (map[string]string, error) {
+	ids := map[string]string{}
+	if !o.alerts {
+		return ids, nil
+	}
+	post := func(path string, body any) (string, error) {
+		b, _ := json.Marshal(body)
+		status, out, err := s.do("POST", path, adminToken, "application/json", b)
+		if err != nil || status != 201 {
+			return "", fmt.Errorf("POST %s: %d %s %v", path, status, out, err)
+		}
+		var v struct{ ID string }
+		return v.ID, json.Unmarshal(out, &v)
+	}
+	reset := map[string]any{"duration": 1, "unit": "day"}
+	alertAt := []int{50, 80, 100}
+	limits := map[string]any{"consumer": map[string]any{"global": map[string]any{
+		"token":   map[string]any{"enabled": true, "count": 1e12, "reset": reset, "alertAt": alertAt},
+		"request": map[string]any{"enabled": true, "count": 1e9, "reset": reset, "alertAt": alertAt},
+		"cost":    map[string]any{"enabled": true, "amount": 1e6, "reset": reset, "alertAt": alertAt},
+	}}}
+	var provs []string
+	for i := range o.provs {
+		id, err := post("/providers", map[string]any{"name": fmt.Sprintf("provider-%d", i), "type": "openai", "url": "http://127.0.0.1:9"})
+		if err != nil {
+			return nil, err
+		}
+		b, _ := json.Marshal(limits)
+		if status, out, err := s.do("PUT", "/providers/"+id+"/rate-limits", adminToken, "application/json", b, "If-Match", "*"); err != nil || status != 200 {
+			return nil, fmt.Errorf("rate limits: %d %s %v", status, out, err)
+		}
+		provs = append(provs, id)
+	}
+	for i := range o.apps {
+		id, err := post("/applications", map[string]any{"name": fmt.Sprintf("app-%d", i), "providers": provs})
+		if err != nil {
+			return nil, err
+		}
+		ids[fmt.Sprintf("app-%d", i)] = id
+	}
+	return ids, nil
+}
 
 func ingest(o options) error {
 	if o.records == 0 {
@@ -186,6 +245,10 @@ func ingest(o options) error {
 	}
 	senders := make([]sender, o.gateways)
 	per := o.records / o.gateways
+	appIDs, err := setupAlerts(s, o)
+	if err != nil {
+		return err
+	}
 	now := time.Now()
 	for g := range senders {
 		status, b, err := s.do("POST", "/gateways", adminToken, "application/json", []byte(fmt.Sprintf(`{"name":"bench-%d"}`, g)))
@@ -199,6 +262,11 @@ func ingest(o options) error {
 		senders[g].token = gw.Token
 		recs := usagetest.Random(rand.New(rand.NewPCG(uint64(g), 1)), o.shape(), per, fmt.Sprintf("g%d", g), gw.ID,
 			now.Add(-time.Hour), time.Hour)
+		for i := range recs {
+			if id, ok := appIDs[recs[i].Application]; ok {
+				recs[i].Application = id
+			}
+		}
 		for i := 0; i < len(recs); i += o.batch {
 			senders[g].batches = append(senders[g].batches, usagetest.Batch(recs[i:min(i+o.batch, len(recs))]))
 		}

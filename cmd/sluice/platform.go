@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sluice/counter"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +47,12 @@ func addPlatformFlags(fs *flag.FlagSet, database bool) platformOptions {
 // open opens the platform of o with the counters setting c, writing the
 // one-time admin token message to stdout.
 func (o platformOptions) open(ctx context.Context, c deployment.Counters, logger *slog.Logger, stdout io.Writer) (*platform.Platform, error) {
+	return o.openWith(ctx, c, nil, logger, stdout)
+}
+
+// openWith is open with the counter store the platform reads budgets from
+// (nil: see platform.Options.CounterStore).
+func (o platformOptions) openWith(ctx context.Context, c deployment.Counters, store counter.Store, logger *slog.Logger, stdout io.Writer) (*platform.Platform, error) {
 	retention := time.Duration(-1) // "0": forever
 	if strings.TrimSpace(*o.usageRetention) != "0" {
 		d, err := deployment.ParseDuration(*o.usageRetention)
@@ -57,7 +64,7 @@ func (o platformOptions) open(ctx context.Context, c deployment.Counters, logger
 	return app.OpenPlatform(ctx, app.PlatformOptions{
 		DataDir: *o.data, DatabaseURL: *o.database, UsageRetention: retention,
 		AdminToken: os.Getenv("SLUICE_ADMIN_TOKEN"), SecretKey: os.Getenv("SLUICE_SECRET_KEY"),
-		Announce: stdout, Logger: logger, Counters: c,
+		Announce: stdout, Logger: logger, Counters: c, CounterStore: store,
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sluice/counter"
 	"time"
 
 	"sluice/deployment"
@@ -26,6 +27,9 @@ type pulledGateway struct {
 	startTimeout time.Duration
 	// meter ships the usage records to the platform.
 	meter app.MeterOptions
+	// counters, when set, is the counter store (the caller's), else the
+	// deployment's counters section chooses it.
+	counters counter.Store
 }
 
 // run serves until ctx is done, then drains. It returns the exit code.
@@ -44,7 +48,7 @@ func (o pulledGateway) run(ctx context.Context, stderr io.Writer) int {
 		return fail(err)
 	}
 	gw, err = app.NewGateway(d, app.GatewayOptions{
-		Services: app.Services{Logger: logger, PricingFile: o.pricingFile},
+		Services: app.Services{Logger: logger, PricingFile: o.pricingFile, Counters: o.counters},
 		// Every key lookup is recorded for the platform's "last used".
 		WrapKeys: usage.Wrap,
 		Meter:    o.meter,

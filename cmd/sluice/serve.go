@@ -47,7 +47,15 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := o.open(ctx, counters, logger, stdout)
+	shared, err := app.SharedCounters(counters, time.Now)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	if shared != nil {
+		defer shared.Close()
+	}
+	p, err := o.openWith(ctx, counters, shared, logger, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
@@ -74,7 +82,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	// The gateway drains first, then the platform stops.
-	code := pulledGateway{listen: *listen, pricingFile: *pricingFile, logger: logger, stdout: stdout,
+	code := pulledGateway{listen: *listen, pricingFile: *pricingFile, logger: logger, stdout: stdout, counters: shared,
 		startTimeout: 10 * time.Second, feed: localFeed{p: p, id: localGatewayID},
 		meter: app.MeterOptions{Platform: localUsage{p: p, id: localGatewayID}, SpoolDir: filepath.Join(*o.data, "meter-spool"), GatewayID: localGatewayID},
 	}.run(ctx, stderr)

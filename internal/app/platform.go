@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"sluice/counter"
+	"sluice/counter/counterconfig"
 	"sluice/deployment"
 	"sluice/platform"
 	"sluice/policies/builtin"
@@ -25,8 +27,9 @@ type PlatformOptions struct {
 	// Announce receives the one-time admin token message.
 	Announce io.Writer
 	Logger   *slog.Logger
-	// Counters: see platform.Options.
-	Counters deployment.Counters
+	// Counters, CounterStore: see platform.Options.
+	Counters     deployment.Counters
+	CounterStore counter.Store
 }
 
 // OpenPlatform opens the control plane with the built-in policy catalog and
@@ -45,6 +48,7 @@ func OpenPlatform(ctx context.Context, o PlatformOptions) (*platform.Platform, e
 	return platform.Open(ctx, platform.Options{
 		DataDir: o.DataDir, DatabaseURL: o.DatabaseURL, AdminToken: o.AdminToken, SecretKey: o.SecretKey,
 		Announce: o.Announce, Registry: builtin.Registry(), Logger: o.Logger, Console: console, Counters: o.Counters,
+		CounterStore:   o.CounterStore,
 		UsageRetention: o.UsageRetention,
 	})
 }
@@ -73,4 +77,16 @@ func ServePlatform(ctx context.Context, p *platform.Platform, ln net.Listener, l
 		return err
 	}
 	return nil
+}
+
+// SharedCounters is the counter store `sluice serve` gives both its
+// platform and its in-process gateway when the counters setting c is the
+// memory store, so that the platform's budgets are the gateway's own
+// counters; nil for a Redis setting (each opens its own store on the same
+// keys). The caller closes it after both.
+func SharedCounters(c deployment.Counters, now func() time.Time) (counter.Store, error) {
+	if c.Backend == counterconfig.Redis {
+		return nil, nil
+	}
+	return counterconfig.New(c, counterconfig.Options{Now: now})
 }

@@ -12,6 +12,108 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AlertTrigger.
+const (
+	AlertTriggerDenied    AlertTrigger = "denied"
+	AlertTriggerThreshold AlertTrigger = "threshold"
+)
+
+// Valid indicates whether the value is a known member of the AlertTrigger enum.
+func (e AlertTrigger) Valid() bool {
+	switch e {
+	case AlertTriggerDenied:
+		return true
+	case AlertTriggerThreshold:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AlertDeliveryState.
+const (
+	AlertDeliveryStateDelivered AlertDeliveryState = "delivered"
+	AlertDeliveryStateFailed    AlertDeliveryState = "failed"
+	AlertDeliveryStateNone      AlertDeliveryState = "none"
+	AlertDeliveryStatePending   AlertDeliveryState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the AlertDeliveryState enum.
+func (e AlertDeliveryState) Valid() bool {
+	switch e {
+	case AlertDeliveryStateDelivered:
+		return true
+	case AlertDeliveryStateFailed:
+		return true
+	case AlertDeliveryStateNone:
+		return true
+	case AlertDeliveryStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetDimension.
+const (
+	BudgetDimensionCost     BudgetDimension = "cost"
+	BudgetDimensionRequests BudgetDimension = "requests"
+	BudgetDimensionTokens   BudgetDimension = "tokens"
+)
+
+// Valid indicates whether the value is a known member of the BudgetDimension enum.
+func (e BudgetDimension) Valid() bool {
+	switch e {
+	case BudgetDimensionCost:
+		return true
+	case BudgetDimensionRequests:
+		return true
+	case BudgetDimensionTokens:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetScope.
+const (
+	Backend  BudgetScope = "backend"
+	Consumer BudgetScope = "consumer"
+)
+
+// Valid indicates whether the value is a known member of the BudgetScope enum.
+func (e BudgetScope) Valid() bool {
+	switch e {
+	case Backend:
+		return true
+	case Consumer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetUnit.
+const (
+	BudgetUnitRequests BudgetUnit = "requests"
+	BudgetUnitTokens   BudgetUnit = "tokens"
+	BudgetUnitUsd      BudgetUnit = "usd"
+)
+
+// Valid indicates whether the value is a known member of the BudgetUnit enum.
+func (e BudgetUnit) Valid() bool {
+	switch e {
+	case BudgetUnitRequests:
+		return true
+	case BudgetUnitTokens:
+		return true
+	case BudgetUnitUsd:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreatedGatewayState.
 const (
 	CreatedGatewayStateApplied CreatedGatewayState = "applied"
@@ -191,37 +293,37 @@ func (e ResetUnit) Valid() bool {
 
 // Defines values for Resolution.
 const (
-	Abandoned      Resolution = "abandoned"
-	AuthFailed     Resolution = "auth_failed"
-	Closed         Resolution = "closed"
-	Denied         Resolution = "denied"
-	InternalError  Resolution = "internal_error"
-	InvalidRequest Resolution = "invalid_request"
-	Released       Resolution = "released"
-	Settled        Resolution = "settled"
-	UpstreamError  Resolution = "upstream_error"
+	ResolutionAbandoned      Resolution = "abandoned"
+	ResolutionAuthFailed     Resolution = "auth_failed"
+	ResolutionClosed         Resolution = "closed"
+	ResolutionDenied         Resolution = "denied"
+	ResolutionInternalError  Resolution = "internal_error"
+	ResolutionInvalidRequest Resolution = "invalid_request"
+	ResolutionReleased       Resolution = "released"
+	ResolutionSettled        Resolution = "settled"
+	ResolutionUpstreamError  Resolution = "upstream_error"
 )
 
 // Valid indicates whether the value is a known member of the Resolution enum.
 func (e Resolution) Valid() bool {
 	switch e {
-	case Abandoned:
+	case ResolutionAbandoned:
 		return true
-	case AuthFailed:
+	case ResolutionAuthFailed:
 		return true
-	case Closed:
+	case ResolutionClosed:
 		return true
-	case Denied:
+	case ResolutionDenied:
 		return true
-	case InternalError:
+	case ResolutionInternalError:
 		return true
-	case InvalidRequest:
+	case ResolutionInvalidRequest:
 		return true
-	case Released:
+	case ResolutionReleased:
 		return true
-	case Settled:
+	case ResolutionSettled:
 		return true
-	case UpstreamError:
+	case ResolutionUpstreamError:
 		return true
 	default:
 		return false
@@ -378,6 +480,66 @@ func (e GetUsageParamsBucket) Valid() bool {
 	}
 }
 
+// Alert defines model for Alert.
+type Alert struct {
+	ApplicationId  string        `json:"applicationId"`
+	At             time.Time     `json:"at"`
+	Delivery       AlertDelivery `json:"delivery"`
+	Dimension      string        `json:"dimension"`
+	Id             string        `json:"id"`
+	Limit          string        `json:"limit"`
+	Origin         string        `json:"origin"`
+	Period         string        `json:"period"`
+	Policy         string        `json:"policy"`
+	Provider       string        `json:"provider"`
+	Resource       string        `json:"resource"`
+	Route          string        `json:"route"`
+	Scope          string        `json:"scope"`
+	Threshold      int           `json:"threshold"`
+	Trigger        AlertTrigger  `json:"trigger"`
+	Unit           string        `json:"unit"`
+	Used           string        `json:"used"`
+	UsedPercent    *float64      `json:"usedPercent,omitempty"`
+	WindowResetsAt time.Time     `json:"windowResetsAt"`
+}
+
+// AlertTrigger defines model for Alert.Trigger.
+type AlertTrigger string
+
+// AlertAt Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts).
+type AlertAt = []int
+
+// AlertDelivery defines model for AlertDelivery.
+type AlertDelivery struct {
+	Attempts    int                `json:"attempts"`
+	DeliveredAt *time.Time         `json:"deliveredAt,omitempty"`
+	LastError   string             `json:"lastError"`
+	State       AlertDeliveryState `json:"state"`
+}
+
+// AlertDeliveryState defines model for AlertDelivery.State.
+type AlertDeliveryState string
+
+// AlertPage defines model for AlertPage.
+type AlertPage struct {
+	Alerts []Alert `json:"alerts"`
+
+	// NextCursor Pass as cursor= for the next page; "" on the last page.
+	NextCursor string `json:"nextCursor"`
+}
+
+// AlertWebhook defines model for AlertWebhook.
+type AlertWebhook struct {
+	SecretSet bool   `json:"secretSet"`
+	Url       string `json:"url"`
+}
+
+// AlertWebhookInput defines model for AlertWebhookInput.
+type AlertWebhookInput struct {
+	Secret *string `json:"secret,omitempty"`
+	Url    string  `json:"url"`
+}
+
 // Application defines model for Application.
 type Application struct {
 	CreatedAt time.Time `json:"createdAt"`
@@ -385,6 +547,18 @@ type Application struct {
 	Name      string    `json:"name"`
 	Providers []string  `json:"providers"`
 	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// ApplicationBudgets defines model for ApplicationBudgets.
+type ApplicationBudgets struct {
+	ApplicationId string `json:"applicationId"`
+
+	// Available False when the platform cannot read the counters.
+	Available bool     `json:"available"`
+	Budgets   []Budget `json:"budgets"`
+
+	// Reason Why the budgets are not available ("" when they are).
+	Reason string `json:"reason"`
 }
 
 // ApplicationInput defines model for ApplicationInput.
@@ -420,8 +594,56 @@ type AuditPage struct {
 	Next *int64 `json:"next,omitempty"`
 }
 
+// Budget defines model for Budget.
+type Budget struct {
+	AlertAt *[]int `json:"alertAt,omitempty"`
+
+	// Counter The policy's own name of the counter (total, requests, cost, ...).
+	Counter   *string         `json:"counter,omitempty"`
+	Dimension BudgetDimension `json:"dimension"`
+
+	// Entry The chain entry's position in the route's chain.
+	Entry *int `json:"entry,omitempty"`
+
+	// Limit Decimal (USD as a decimal number of dollars).
+	Limit string `json:"limit"`
+
+	// Origin The chain entry's origin reference, as the Deployment view shows it (the Rate Limit row's JSON path, e.g. $.consumer.global.token, or a guardrail id).
+	Origin string `json:"origin"`
+
+	// Period The reset period as people read it ("1 hour").
+	Period string `json:"period"`
+
+	// Policy The limit policy's name (its chain entry).
+	Policy   string `json:"policy"`
+	Provider string `json:"provider"`
+
+	// Remaining Decimal, negative in debt.
+	Remaining string    `json:"remaining"`
+	ResetsAt  time.Time `json:"resetsAt"`
+
+	// Resource "" for a counter across every resource, else the resource, e.g. /chat/completions.
+	Resource    string      `json:"resource"`
+	Route       string      `json:"route"`
+	Scope       BudgetScope `json:"scope"`
+	Unit        BudgetUnit  `json:"unit"`
+	UsedPercent float64     `json:"usedPercent"`
+}
+
+// BudgetDimension defines model for Budget.Dimension.
+type BudgetDimension string
+
+// BudgetScope defines model for Budget.Scope.
+type BudgetScope string
+
+// BudgetUnit defines model for Budget.Unit.
+type BudgetUnit string
+
 // CostLimit defines model for CostLimit.
 type CostLimit struct {
+	// AlertAt Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts).
+	AlertAt *AlertAt `json:"alertAt,omitempty"`
+
 	// Amount USD.
 	Amount  float64 `json:"amount"`
 	Enabled bool    `json:"enabled"`
@@ -434,8 +656,10 @@ type CostLimit struct {
 
 // CountLimit defines model for CountLimit.
 type CountLimit struct {
-	Count   int64 `json:"count"`
-	Enabled bool  `json:"enabled"`
+	// AlertAt Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts).
+	AlertAt *AlertAt `json:"alertAt,omitempty"`
+	Count   int64    `json:"count"`
+	Enabled bool     `json:"enabled"`
 
 	// Reset minute and hour: a token bucket of duration units; day and week: the
 	// UTC day and ISO week when duration is 1, fixed windows of that many
@@ -1008,6 +1232,25 @@ type UsageRoute = string
 // UsageTo defines model for UsageTo.
 type UsageTo = time.Time
 
+// ListAlertsParams defines parameters for ListAlerts.
+type ListAlertsParams struct {
+	// Application Only this application (id).
+	Application *string `form:"application,omitempty" json:"application,omitempty"`
+
+	// Provider Only this provider (name).
+	Provider *string `form:"provider,omitempty" json:"provider,omitempty"`
+
+	// Cursor The `nextCursor` of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// GetApplicationBudgetsParams defines parameters for GetApplicationBudgets.
+type GetApplicationBudgetsParams struct {
+	// Provider Only this provider (by name).
+	Provider *string `form:"provider,omitempty" json:"provider,omitempty"`
+}
+
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
 	// Before Entries with ids below this one (the `next` of the previous page).
@@ -1128,6 +1371,9 @@ type ListUsageRecordsParams struct {
 	Format *Format `form:"format,omitempty" json:"format,omitempty"`
 }
 
+// PutAlertWebhookJSONRequestBody defines body for PutAlertWebhook for application/json ContentType.
+type PutAlertWebhookJSONRequestBody = AlertWebhookInput
+
 // CreateApplicationJSONRequestBody defines body for CreateApplication for application/json ContentType.
 type CreateApplicationJSONRequestBody = ApplicationInput
 
@@ -1164,6 +1410,18 @@ type PutRateLimitsJSONRequestBody = RateLimits
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 
+	// (GET /alerts)
+	ListAlerts(ctx echo.Context, params ListAlertsParams) error
+
+	// (DELETE /alerts/webhook)
+	DeleteAlertWebhook(ctx echo.Context) error
+
+	// (GET /alerts/webhook)
+	GetAlertWebhook(ctx echo.Context) error
+
+	// (PUT /alerts/webhook)
+	PutAlertWebhook(ctx echo.Context) error
+
 	// (GET /applications)
 	ListApplications(ctx echo.Context) error
 
@@ -1178,6 +1436,9 @@ type ServerInterface interface {
 
 	// (PUT /applications/{applicationId})
 	UpdateApplication(ctx echo.Context, applicationId ApplicationId) error
+
+	// (GET /applications/{applicationId}/budgets)
+	GetApplicationBudgets(ctx echo.Context, applicationId ApplicationId, params GetApplicationBudgetsParams) error
 
 	// (GET /applications/{applicationId}/keys)
 	ListKeys(ctx echo.Context, applicationId ApplicationId) error
@@ -1275,6 +1536,72 @@ type ServerInterfaceWrapper struct {
 	Handler ServerInterface
 }
 
+// ListAlerts converts echo context to params.
+func (w *ServerInterfaceWrapper) ListAlerts(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAlertsParams
+	// ------------- Optional query parameter "application" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "application", ctx.QueryParams(), &params.Application, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter application: %s", err))
+	}
+
+	// ------------- Optional query parameter "provider" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "provider", ctx.QueryParams(), &params.Provider, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter provider: %s", err))
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListAlerts(ctx, params)
+	return err
+}
+
+// DeleteAlertWebhook converts echo context to params.
+func (w *ServerInterfaceWrapper) DeleteAlertWebhook(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeleteAlertWebhook(ctx)
+	return err
+}
+
+// GetAlertWebhook converts echo context to params.
+func (w *ServerInterfaceWrapper) GetAlertWebhook(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetAlertWebhook(ctx)
+	return err
+}
+
+// PutAlertWebhook converts echo context to params.
+func (w *ServerInterfaceWrapper) PutAlertWebhook(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PutAlertWebhook(ctx)
+	return err
+}
+
 // ListApplications converts echo context to params.
 func (w *ServerInterfaceWrapper) ListApplications(ctx echo.Context) error {
 	var err error
@@ -1338,6 +1665,31 @@ func (w *ServerInterfaceWrapper) UpdateApplication(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.UpdateApplication(ctx, applicationId)
+	return err
+}
+
+// GetApplicationBudgets converts echo context to params.
+func (w *ServerInterfaceWrapper) GetApplicationBudgets(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "applicationId" -------------
+	var applicationId ApplicationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "applicationId", ctx.Param("applicationId"), &applicationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter applicationId: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetApplicationBudgetsParams
+	// ------------- Optional query parameter "provider" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "provider", ctx.QueryParams(), &params.Provider, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter provider: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetApplicationBudgets(ctx, applicationId, params)
 	return err
 }
 
@@ -2125,6 +2477,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/applications/:applicationId/keys", wrapper.ListKeys, options.OperationMiddlewares["listKeys"]...)
 	router.POST(options.BaseURL+"/applications/:applicationId/keys", wrapper.CreateKey, options.OperationMiddlewares["createKey"]...)
 	router.DELETE(options.BaseURL+"/applications/:applicationId/keys/:keyId", wrapper.RevokeKey, options.OperationMiddlewares["revokeKey"]...)
+	router.GET(options.BaseURL+"/applications/:applicationId/budgets", wrapper.GetApplicationBudgets, options.OperationMiddlewares["getApplicationBudgets"]...)
 	router.GET(options.BaseURL+"/policies", wrapper.ListPolicies, options.OperationMiddlewares["listPolicies"]...)
 	router.GET(options.BaseURL+"/gateways", wrapper.ListGateways, options.OperationMiddlewares["listGateways"]...)
 	router.POST(options.BaseURL+"/gateways", wrapper.CreateGateway, options.OperationMiddlewares["createGateway"]...)
@@ -2134,6 +2487,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/usage", wrapper.GetUsage, options.OperationMiddlewares["getUsage"]...)
 	router.GET(options.BaseURL+"/usage/records", wrapper.ListUsageRecords, options.OperationMiddlewares["listUsageRecords"]...)
 	router.GET(options.BaseURL+"/usage/reconciliation", wrapper.GetUsageReconciliation, options.OperationMiddlewares["getUsageReconciliation"]...)
+	router.GET(options.BaseURL+"/alerts", wrapper.ListAlerts, options.OperationMiddlewares["listAlerts"]...)
+	router.DELETE(options.BaseURL+"/alerts/webhook", wrapper.DeleteAlertWebhook, options.OperationMiddlewares["deleteAlertWebhook"]...)
+	router.GET(options.BaseURL+"/alerts/webhook", wrapper.GetAlertWebhook, options.OperationMiddlewares["getAlertWebhook"]...)
+	router.PUT(options.BaseURL+"/alerts/webhook", wrapper.PutAlertWebhook, options.OperationMiddlewares["putAlertWebhook"]...)
 	router.GET(options.BaseURL+"/gateway/deployment", wrapper.PollDeployment, options.OperationMiddlewares["pollDeployment"]...)
 	router.POST(options.BaseURL+"/gateway/status", wrapper.ReportStatus, options.OperationMiddlewares["reportStatus"]...)
 	router.POST(options.BaseURL+"/gateway/usage", wrapper.IngestUsage, options.OperationMiddlewares["ingestUsage"]...)

@@ -6,12 +6,10 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +19,6 @@ import (
 	"sluice/internal/pgtest"
 	"sluice/platform"
 	"sluice/platform/api"
-	"sluice/policies/builtin"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -43,17 +40,7 @@ func newPlatform(t *testing.T) *client {
 // "": SQLite in the data directory).
 func newPlatformOn(t *testing.T, databaseURL string) *client {
 	t.Helper()
-	dir := t.TempDir()
-	p, err := platform.Open(context.Background(), platform.Options{DataDir: dir, DatabaseURL: databaseURL, AdminToken: adminToken, Registry: builtin.Registry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(p.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		p.Close()
-	})
-	return &client{t: t, url: srv.URL + api.BasePath, token: adminToken, dir: dir, p: p}
+	return newPlatformWith(t, platform.Options{DatabaseURL: databaseURL})
 }
 
 // engines runs fn once on a platform over SQLite and once over
@@ -243,6 +230,9 @@ func TestRateLimitValidationPathsAndNothingWritten(t *testing.T) {
 		{"month of 3 alone", map[string]any{"consumer": map[string]any{"global": map[string]any{
 			"cost": map[string]any{"enabled": true, "amount": 1, "reset": map[string]any{"duration": 3, "unit": "month"}}}}},
 			[]string{"$.consumer.global.cost.reset.duration"}},
+		{"alert thresholds not ascending", map[string]any{"backend": map[string]any{"global": map[string]any{
+			"token": map[string]any{"enabled": true, "count": 5, "reset": map[string]any{"duration": 1, "unit": "hour"}, "alertAt": []int{80, 80, 50}}}}},
+			[]string{"$.backend.global.token.alertAt[1]", "$.backend.global.token.alertAt[2]"}},
 		{"unknown field", map[string]any{"backend": map[string]any{"global": map[string]any{"tokens": count(5, "hour")}}},
 			[]string{"$.backend.global"}},
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/labstack/echo/v4"
 
+	"sluice/platform/budgets"
 	"sluice/platform/delivery"
 	"sluice/platform/secrets"
 	"sluice/platform/store"
@@ -66,8 +67,10 @@ type Options struct {
 	// Registry checks guardrails and generated chains (required).
 	Registry *policies.Registry
 	// Usage ingests the gateways' usage records (required).
-	Usage  *usage.Service
-	Logger *slog.Logger
+	Usage *usage.Service
+	// Budgets reads the counters (required).
+	Budgets *budgets.Reader
+	Logger  *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// HTTPClient fetches the providers' usage reports (default: a client
@@ -82,6 +85,7 @@ type Server struct {
 	hub      *delivery.Hub
 	reg      *policies.Registry
 	usage    *usage.Service
+	budgets  *budgets.Reader
 	log      *slog.Logger
 	now      func() time.Time
 	ops      map[string]*operation
@@ -95,8 +99,8 @@ var _ ServerInterface = (*Server)(nil)
 
 // New builds a Server.
 func New(o Options) (*Server, error) {
-	if o.Store == nil || o.Box == nil || o.Hub == nil || o.Registry == nil || o.Usage == nil {
-		return nil, errors.New("api: Store, Box, Hub, Registry and Usage are required")
+	if o.Store == nil || o.Box == nil || o.Hub == nil || o.Registry == nil || o.Usage == nil || o.Budgets == nil {
+		return nil, errors.New("api: Store, Box, Hub, Registry, Usage and Budgets are required")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -115,7 +119,7 @@ func New(o Options) (*Server, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	return &Server{store: o.Store, box: o.Box, hub: o.Hub, reg: o.Registry, usage: o.Usage, log: o.Logger, now: o.Now,
+	return &Server{store: o.Store, box: o.Box, hub: o.Hub, reg: o.Registry, usage: o.Usage, budgets: o.Budgets, log: o.Logger, now: o.Now,
 		ops: indexOperations(spec, BasePath), specJSON: specJSON, checker: policies.NewChecker(o.Registry),
 		httpClient: o.HTTPClient}, nil
 }

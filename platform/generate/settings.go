@@ -49,6 +49,9 @@ type CountLimit struct {
 	Enabled bool  `json:"enabled"`
 	Count   int64 `json:"count"`
 	Reset   Reset `json:"reset"`
+	// AlertAt are the budget alert thresholds, in percent of Count
+	// (validAlertAt).
+	AlertAt []int `json:"alertAt,omitempty"`
 }
 
 // CostLimit is Amount USD per Reset.
@@ -56,6 +59,9 @@ type CostLimit struct {
 	Enabled bool    `json:"enabled"`
 	Amount  float64 `json:"amount"`
 	Reset   Reset   `json:"reset"`
+	// AlertAt are the budget alert thresholds, in percent of Amount
+	// (validAlertAt).
+	AlertAt []int `json:"alertAt,omitempty"`
 }
 
 // Reset is the period: Duration units of Unit.
@@ -73,6 +79,21 @@ const (
 	Week   = "week"
 	Month  = "month"
 )
+
+// MaxAlerts bounds the thresholds of one limit.
+const MaxAlerts = 10
+
+// Period is r as the limit policies count it: the period and the algorithm
+// ("token-bucket", "fixed-window" or "calendar"; see period).
+func (r Reset) Period() (time.Duration, string, error) { return period(r) }
+
+// Text is r as people read it: "1 hour", "2 days".
+func (r Reset) Text() string {
+	if r.Duration == 1 {
+		return "1 " + r.Unit
+	}
+	return fmt.Sprintf("%d %ss", r.Duration, r.Unit)
+}
 
 // Units lists the units in order.
 var Units = []string{Minute, Hour, Day, Week, Month}
@@ -140,13 +161,7 @@ func (r *RateLimits) Validate() []Problem {
 	add := func(path, format string, args ...any) {
 		ps = append(ps, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
 	}
-	for _, sc := range []struct {
-		name string
-		s    *Scope
-	}{{"backend", r.Backend}, {"consumer", r.Consumer}} {
-		if sc.s == nil {
-			continue
-		}
+	for _, sc := range r.scopes() {
 		base := "$." + sc.name
 		if sc.s.Global != nil && sc.s.PerResource != nil {
 			add(base, "give global or perResource, not both")
@@ -189,6 +204,7 @@ func (l *Limits) validate(base string, add func(path, format string, args ...any
 		if _, _, err := period(c.l.Reset); err != nil {
 			add(resetPath(base+"."+c.name, c.l.Reset), "%v", err)
 		}
+		validAlertAt(base+"."+c.name+".alertAt", c.l.AlertAt, add)
 	}
 	if c := l.Cost; c != nil {
 		if math.IsNaN(c.Amount) || c.Amount < 0.000001 || c.Amount > 1e12 {
@@ -196,6 +212,24 @@ func (l *Limits) validate(base string, add func(path, format string, args ...any
 		}
 		if _, _, err := period(c.Reset); err != nil {
 			add(resetPath(base+".cost", c.Reset), "%v", err)
+		}
+		validAlertAt(base+".cost.alertAt", c.AlertAt, add)
+	}
+}
+
+// validAlertAt checks a limit's alert thresholds at path: whole percents
+// 1..100, strictly ascending, at most MaxAlerts.
+func validAlertAt(path string, at []int, add func(path, format string, args ...any)) {
+	if len(at) > MaxAlerts {
+		add(path, "at most %d thresholds (got %d)", MaxAlerts, len(at))
+	}
+	for i, t := range at {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case t < 1 || t > 100:
+			add(p, "a threshold is a percent from 1 to 100 (got %d)", t)
+		case i > 0 && t <= at[i-1]:
+			add(p, "thresholds must be strictly ascending (%d follows %d)", t, at[i-1])
 		}
 	}
 }
@@ -206,4 +240,60 @@ func resetPath(base string, r Reset) string {
 		return base + ".reset.duration"
 	}
 	return base + ".reset.unit"
+}
+
+type namedScope struct {
+	name string
+	s    *Scope
+}
+
+// scopes are r's scopes that are set, backend first, by their JSON name.
+func (r *RateLimits) scopes() []namedScope {
+	var out []namedScope
+	for _, sc := range []namedScope{{"backend", r.Backend}, {"consumer", r.Consumer}} {
+		if sc.s != nil {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// Row is one limit of the settings as a chain entry's origin names it.
+type Row struct {
+	// Limit is the count, or the amount in micro-USD for a cost limit.
+	Limit int64
+	Reset Reset
+	// AlertAt are the row's alert thresholds (percent), ascending.
+	AlertAt []int
+}
+
+// Rows returns every enabled limit of r by its origin reference (the JSON
+// path Origin.Ref holds, e.g. "$.consumer.global.token").
+func (r *RateLimits) Rows() map[string]Row {
+	out := map[string]Row{}
+	set := func(path string, l *Limits) {
+		if l == nil {
+			return
+		}
+		if c := l.Request; c != nil && c.Enabled {
+			out[path+".request"] = Row{Limit: c.Count, Reset: c.Reset, AlertAt: c.AlertAt}
+		}
+		if c := l.Token; c != nil && c.Enabled {
+			out[path+".token"] = Row{Limit: c.Count, Reset: c.Reset, AlertAt: c.AlertAt}
+		}
+		if c := l.Cost; c != nil && c.Enabled {
+			out[path+".cost"] = Row{Limit: int64(math.Round(c.Amount * 1e6)), Reset: c.Reset, AlertAt: c.AlertAt}
+		}
+	}
+	for _, sc := range r.scopes() {
+		base := "$." + sc.name
+		set(base+".global", sc.s.Global)
+		if pr := sc.s.PerResource; pr != nil {
+			for i := range pr.Resources {
+				set(fmt.Sprintf("%s.perResource.resources[%d].limit", base, i), &pr.Resources[i].Limit)
+			}
+			set(base+".perResource.default", pr.Default)
+		}
+	}
+	return out
 }

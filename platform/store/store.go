@@ -172,6 +172,9 @@ type Tx interface {
 	// has none), ordered by both.
 	MeteredUsage(ctx context.Context, provider string, from, to time.Time) ([]MeteredUsage, error)
 
+	// Budget alerts (alerts.go).
+	AlertTx
+
 	// Audit log, newest first.
 	InsertAudit(ctx context.Context, e AuditEntry) (int64, error)
 	// ListAudit returns at most limit entries with ids below beforeID (0:

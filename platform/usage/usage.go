@@ -160,6 +160,10 @@ type Options struct {
 	// Now is the clock (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Stored, when set, is called after each batch committed with the
+	// records it stored for the first time (not duplicates); it must not
+	// block (the budget alerts' detector queues them).
+	Stored func(recs []meter.Record)
 }
 
 // Service ingests batches and applies retention. Safe for concurrent use.
@@ -168,6 +172,7 @@ type Service struct {
 	retention time.Duration
 	now       func() time.Time
 	log       *slog.Logger
+	stored    func(recs []meter.Record)
 
 	mu sync.Mutex
 	// ready holds the days (Unix µs of their start) whose partitions this
@@ -189,7 +194,7 @@ func New(o Options) (*Service, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: o.Store, retention: o.Retention, now: o.Now, log: o.Logger, ready: map[int64]bool{}}, nil
+	return &Service{store: o.Store, retention: o.Retention, now: o.Now, log: o.Logger, stored: o.Stored, ready: map[int64]bool{}}, nil
 }
 
 // Retention is how long raw records are kept (negative: forever).
@@ -236,6 +241,7 @@ func (s *Service) Ingest(ctx context.Context, gatewayID string, recs []meter.Rec
 		return Result{}, err
 	}
 	var res Result
+	var fresh []store.UsageRecord
 	cutoff := s.acceptFrom(now)
 	keep := make([]store.UsageRecord, 0, len(recs))
 	for i := range recs {
@@ -263,7 +269,7 @@ func (s *Service) Ingest(ctx context.Context, gatewayID string, recs []meter.Rec
 		if err != nil {
 			return err
 		}
-		fresh := keep[:0:0]
+		fresh = keep[:0:0]
 		for i, ok := range inserted {
 			if ok {
 				fresh = append(fresh, keep[i])
@@ -279,6 +285,13 @@ func (s *Service) Ingest(ctx context.Context, gatewayID string, recs []meter.Rec
 	})
 	if err != nil {
 		return Result{}, err
+	}
+	if s.stored != nil && len(fresh) > 0 {
+		recs := make([]meter.Record, len(fresh))
+		for i := range fresh {
+			recs[i] = fresh[i].Record
+		}
+		s.stored(recs)
 	}
 	return res, nil
 }

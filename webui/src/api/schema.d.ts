@@ -243,6 +243,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/applications/{applicationId}/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                applicationId: components["parameters"]["ApplicationId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * @description The application's remaining budget on every limit that applies to it,
+         *     on each provider it is granted, read from the counters the gateways
+         *     charge (never from the usage records), without charging them. Units
+         *     leased to a gateway (Redis leases) count as used. `available` is false,
+         *     with the reason, when the platform cannot read the counters (memory
+         *     counters on a standalone platform).
+         */
+        get: operations["getApplicationBudgets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/policies": {
         parameters: {
             query?: never;
@@ -385,6 +411,41 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/alerts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Budget alert events with their delivery state, newest first. */
+        get: operations["listAlerts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/alerts/webhook": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["getAlertWebhook"];
+        /** @description Sets the webhook. `secret` is write-only; leave it out to keep the current one. */
+        put: operations["putAlertWebhook"];
+        post?: never;
+        /** @description Removes the webhook; later events are stored with delivery state none. */
+        delete: operations["deleteAlertWebhook"];
         options?: never;
         head?: never;
         patch?: never;
@@ -607,6 +668,7 @@ export interface components {
             /** Format: int64 */
             count: number;
             reset: components["schemas"]["Reset"];
+            alertAt?: components["schemas"]["AlertAt"];
         };
         CostLimit: {
             enabled: boolean;
@@ -616,7 +678,10 @@ export interface components {
              */
             amount: number;
             reset: components["schemas"]["Reset"];
+            alertAt?: components["schemas"]["AlertAt"];
         };
+        /** @description Budget alert thresholds, percents of the limit, strictly ascending (docs/platform.md, Budget alerts). */
+        AlertAt: number[];
         /**
          * @description minute and hour: a token bucket of duration units; day and week: the
          *     UTC day and ISO week when duration is 1, fixed windows of that many
@@ -664,6 +729,91 @@ export interface components {
             paramsSchema: {
                 [key: string]: unknown;
             };
+        };
+        ApplicationBudgets: {
+            applicationId: string;
+            /** @description False when the platform cannot read the counters. */
+            available: boolean;
+            /** @description Why the budgets are not available ("" when they are). */
+            reason: string;
+            budgets: components["schemas"]["Budget"][];
+        };
+        Budget: {
+            provider: string;
+            route: string;
+            /** @description The limit policy's name (its chain entry). */
+            policy: string;
+            /** @description The chain entry's position in the route's chain. */
+            entry?: number;
+            /** @description The chain entry's origin reference, as the Deployment view shows it (the Rate Limit row's JSON path, e.g. $.consumer.global.token, or a guardrail id). */
+            origin: string;
+            /** @enum {string} */
+            scope: "consumer" | "backend";
+            /** @description "" for a counter across every resource, else the resource, e.g. /chat/completions. */
+            resource: string;
+            /** @enum {string} */
+            dimension: "requests" | "tokens" | "cost";
+            /** @description The policy's own name of the counter (total, requests, cost, ...). */
+            counter?: string;
+            /** @description The reset period as people read it ("1 hour"). */
+            period: string;
+            /** @enum {string} */
+            unit: "requests" | "tokens" | "usd";
+            /** @description Decimal (USD as a decimal number of dollars). */
+            limit: string;
+            /** @description Decimal, negative in debt. */
+            remaining: string;
+            /** Format: double */
+            usedPercent: number;
+            /** Format: date-time */
+            resetsAt: string;
+            alertAt?: number[];
+        };
+        AlertWebhook: {
+            url: string;
+            secretSet: boolean;
+        };
+        AlertWebhookInput: {
+            url: string;
+            secret?: string;
+        };
+        AlertPage: {
+            alerts: components["schemas"]["Alert"][];
+            /** @description Pass as cursor= for the next page; "" on the last page. */
+            nextCursor: string;
+        };
+        Alert: {
+            id: string;
+            /** Format: date-time */
+            at: string;
+            threshold: number;
+            /** @enum {string} */
+            trigger: "threshold" | "denied";
+            applicationId: string;
+            provider: string;
+            route: string;
+            policy: string;
+            origin: string;
+            scope: string;
+            resource: string;
+            dimension: string;
+            period: string;
+            unit: string;
+            limit: string;
+            used: string;
+            /** Format: double */
+            usedPercent?: number;
+            /** Format: date-time */
+            windowResetsAt: string;
+            delivery: components["schemas"]["AlertDelivery"];
+        };
+        AlertDelivery: {
+            /** @enum {string} */
+            state: "pending" | "delivered" | "failed" | "none";
+            attempts: number;
+            lastError: string;
+            /** Format: date-time */
+            deliveredAt?: string;
         };
         PolicyList: {
             policies: components["schemas"]["Policy"][];
@@ -1565,6 +1715,32 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    getApplicationBudgets: {
+        parameters: {
+            query?: {
+                /** @description Only this provider (by name). */
+                provider?: string;
+            };
+            header?: never;
+            path: {
+                applicationId: components["parameters"]["ApplicationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The budgets. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApplicationBudgets"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     listPolicies: {
         parameters: {
             query?: never;
@@ -1813,6 +1989,100 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["UsageReconciliation"];
                 };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listAlerts: {
+        parameters: {
+            query?: {
+                /** @description Only this application (id). */
+                application?: string;
+                /** @description Only this provider (name). */
+                provider?: string;
+                /** @description The `nextCursor` of the previous page. */
+                cursor?: string;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of alerts. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertPage"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getAlertWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The webhook (url "" when none is set); the secret is never shown. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertWebhook"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    putAlertWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AlertWebhookInput"];
+            };
+        };
+        responses: {
+            /** @description The webhook. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertWebhook"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    deleteAlertWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             default: components["responses"]["Error"];
         };
