@@ -17,9 +17,10 @@ import (
 
 // gatewayPlatform holds the flags of `sluice gateway --platform`.
 type gatewayPlatform struct {
-	url, cache string
-	token      *string
-	wait       time.Duration
+	url, cache    string
+	token         *string
+	wait          time.Duration
+	spoolMaxBytes int64
 }
 
 func platformFlags(fs *flag.FlagSet) *gatewayPlatform {
@@ -28,6 +29,7 @@ func platformFlags(fs *flag.FlagSet) *gatewayPlatform {
 	p.token = fs.String("token", "", "the gateway's platform token (default: $SLUICE_GATEWAY_TOKEN)")
 	fs.StringVar(&p.cache, "cache", "", "where to keep the last good deployment (default: sluice-gateway-cache in the working directory)")
 	fs.DurationVar(&p.wait, "platform-timeout", 10*time.Second, "how long to wait for the platform at start before serving the cached deployment")
+	fs.Int64Var(&p.spoolMaxBytes, "spool-max-bytes", 0, "bound of the usage record spool (<cache>.meter) in bytes, when the deployment's meter.spool.maxBytes is not set (default 256 MiB)")
 	return p
 }
 
@@ -57,6 +59,7 @@ func (p *gatewayPlatform) run(ctx context.Context, cfgPath, listen, pricingFile 
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second}}
 	return pulledGateway{listen: listen, pricingFile: pricingFile, logger: logger, stdout: stdout, startTimeout: p.wait,
 		feed: &pull.HTTPFeed{URL: p.url, Token: token, Client: client}, cache: cache,
-		meter: app.MeterOptions{Platform: &ship.HTTPSender{URL: p.url, Token: token, Client: client}, SpoolDir: path + ".meter"},
+		meter: app.MeterOptions{Platform: &ship.HTTPSender{URL: p.url, Token: token, Client: client}, SpoolDir: path + ".meter",
+			SpoolMaxBytes: p.spoolMaxBytes},
 	}.run(ctx, stderr)
 }
