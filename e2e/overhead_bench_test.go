@@ -2,14 +2,19 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"sluice/deployment/yamlfile"
@@ -127,4 +132,88 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 		b.Cleanup(func() { _ = gw.Close() })
 		send(b, gw.Handler(), "/openai/v1/chat/completions")
 	})
+}
+
+// BenchmarkHandlerMetering is BenchmarkHandlerOverhead's gateway with the
+// meter off (`meter: {sink: none, accessLog: off}`), with the access log
+// alone (text, at info, to a file), with the access log and the usage
+// records in a JSON lines file, and with the meter off and tracing on (an
+// OTLP/HTTP exporter to a local receiver that discards): the differences
+// are metering's and tracing's per-request cost (docs/benchmarks.md §12).
+func BenchmarkHandlerMetering(b *testing.B) {
+	canned := recordMockChat(b)
+	otlp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	b.Cleanup(otlp.Close)
+	for _, v := range []struct {
+		name, meter string
+		log, trace  bool
+	}{
+		{name: "off", meter: `meter: {sink: none, accessLog: "off"}`},
+		{name: "accesslog", meter: `meter: {sink: none}`, log: true},
+		{name: "jsonl+accesslog", meter: `meter: {sink: jsonl, jsonl: {path: "%s"}}`, log: true},
+		{name: "off+tracing", meter: `meter: {sink: none, accessLog: "off"}`, trace: true},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			dir := b.TempDir()
+			doc := append(deploymentYAML("http://upstream.invalid"), '\n')
+			if strings.Contains(v.meter, "%s") {
+				doc = fmt.Appendf(doc, v.meter, filepath.Join(dir, "usage.jsonl"))
+			} else {
+				doc = append(doc, v.meter...)
+			}
+			dep, err := yamlfile.Parse(doc, "metering benchmark deployment")
+			if err != nil {
+				b.Fatal(err)
+			}
+			logger := slog.New(slog.DiscardHandler)
+			if v.log {
+				f, err := os.Create(filepath.Join(dir, "gateway.log"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = f.Close() })
+				logger = slog.New(slog.NewTextHandler(f, nil))
+			}
+			if v.trace {
+				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.URL)
+			}
+			gw, err := app.NewGateway(dep, app.GatewayOptions{
+				Services:  app.Services{Logger: logger, Tokens: tokencount.New()},
+				Transport: canned,
+				Tracing:   app.TracingOptions{Enabled: v.trace},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = gw.Close() })
+			h := gw.Handler()
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, "/openai/v1/chat/completions", bytes.NewReader([]byte(benchChatBody)))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+npmAPIKey)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+				}
+			}
+			// CPU time of the whole process (every goroutine: the exporter,
+			// the fsync loop, the GC) per request: on a shared machine it
+			// moves far less than ns/op, which counts waiting for a core.
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// processCPU is the process's user and system CPU time so far, in ns.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"mime"
 	"net"
@@ -61,6 +62,8 @@ type exchange struct {
 	// upstream is the upstream response body while it is open: finish
 	// closes it before it delivers the outcome.
 	upstream io.Closer
+	// span is the request's server span (nil without tracing).
+	span trace.Span
 	// tail is the last byte of a non-streamed body, written after the
 	// usage record is appended (hasTail: one is pending).
 	tail    byte
@@ -98,6 +101,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		x.meter(start)
 		x.writeTail()
 	}()
+	x.startSpan()
 	x.serve()
 }
 

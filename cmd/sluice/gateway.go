@@ -89,6 +89,7 @@ func (f gatewayFlags) serveFile(ctx context.Context, logger *slog.Logger, stdout
 	}
 	defer stopMock()
 	gw, err := app.NewGateway(d, app.GatewayOptions{
+		Tracing:         tracingFromEnv(),
 		Services:        app.Services{Logger: logger, PricingFile: f.pricing},
 		SeparateMetrics: f.metricsListen != "",
 	})

@@ -48,6 +48,7 @@ func (o pulledGateway) run(ctx context.Context, stderr io.Writer) int {
 		// Every key lookup is recorded for the platform's "last used".
 		WrapKeys: usage.Wrap,
 		Meter:    o.meter,
+		Tracing:  tracingFromEnv(),
 	})
 	if err != nil {
 		return fail(err)

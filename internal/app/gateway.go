@@ -81,6 +81,8 @@ type GatewayOptions struct {
 	// JSON lines file when the deployment's meter.jsonl.path is set, else
 	// nowhere).
 	Meter MeterOptions
+	// Tracing turns on OpenTelemetry traces (the zero value: off).
+	Tracing TracingOptions
 }
 
 // Gateway is an assembled gateway and the services the wiring owns for it.
@@ -111,6 +113,11 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 		g.Close()
 		return nil, err
 	}
+	tracer, err := g.tracer(o.Tracing)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
 	var access *slog.Logger
 	if d.Meter.AccessLog != "off" {
 		access = o.Logger
@@ -132,7 +139,7 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 			Admission: o.Admission,
 		},
 		KeyIndex: keys, Transport: o.Transport, Backoff: o.Backoff, SeparateMetrics: o.SeparateMetrics,
-		Meter: sink, GatewayID: o.Meter.GatewayID, AccessLog: access,
+		Meter: sink, GatewayID: o.Meter.GatewayID, AccessLog: access, Tracer: tracer,
 	})
 	if err == nil {
 		g.Gateway = gw
