@@ -19,6 +19,7 @@ import (
 
 	"sluice/deployment/yamlfile"
 	"sluice/internal/app"
+	"sluice/internal/linebuf"
 	"sluice/mockllm"
 	"sluice/tokencount"
 )
@@ -136,8 +137,9 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 
 // BenchmarkHandlerMetering is BenchmarkHandlerOverhead's gateway with the
 // meter off (`meter: {sink: none, accessLog: off}`), with the access log
-// alone (text, at info, to a file), with the access log and the usage
-// records in a JSON lines file, and with the meter off and tracing on (an
+// alone (text, at info, to a file; written line by line, and batched as
+// sluice gateway writes it), with the access log and the usage records in a
+// JSON lines file, and with the meter off and tracing on (an
 // OTLP/HTTP exporter to a local receiver that discards): the differences
 // are metering's and tracing's per-request cost (docs/benchmarks.md §12).
 func BenchmarkHandlerMetering(b *testing.B) {
@@ -147,12 +149,13 @@ func BenchmarkHandlerMetering(b *testing.B) {
 	}))
 	b.Cleanup(otlp.Close)
 	for _, v := range []struct {
-		name, meter string
-		log, trace  bool
+		name, meter          string
+		log, buffered, trace bool
 	}{
 		{name: "off", meter: `meter: {sink: none, accessLog: "off"}`},
-		{name: "accesslog", meter: `meter: {sink: none}`, log: true},
-		{name: "jsonl+accesslog", meter: `meter: {sink: jsonl, jsonl: {path: "%s"}}`, log: true},
+		{name: "accesslog-unbuffered", meter: `meter: {sink: none}`, log: true},
+		{name: "accesslog", meter: `meter: {sink: none}`, log: true, buffered: true},
+		{name: "jsonl+accesslog", meter: `meter: {sink: jsonl, jsonl: {path: "%s"}}`, log: true, buffered: true},
 		{name: "off+tracing", meter: `meter: {sink: none, accessLog: "off"}`, trace: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
@@ -174,7 +177,14 @@ func BenchmarkHandlerMetering(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { _ = f.Close() })
-				logger = slog.New(slog.NewTextHandler(f, nil))
+				var w io.Writer = f
+				if v.buffered {
+					// As sluice gateway writes it (cmd/sluice newAccessLogger).
+					bw := linebuf.New(f, 0, 0)
+					b.Cleanup(func() { _ = bw.Close() })
+					w = bw
+				}
+				logger = slog.New(slog.NewTextHandler(w, nil))
 			}
 			if v.trace {
 				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.URL)

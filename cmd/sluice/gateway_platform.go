@@ -34,7 +34,7 @@ func platformFlags(fs *flag.FlagSet) *gatewayPlatform {
 }
 
 // run is `sluice gateway --platform`.
-func (p *gatewayPlatform) run(ctx context.Context, cfgPath, listen, pricingFile string, logger *slog.Logger, stdout, stderr io.Writer) int {
+func (p *gatewayPlatform) run(ctx context.Context, cfgPath, listen, pricingFile string, logger, access *slog.Logger, stdout, stderr io.Writer) int {
 	if cfgPath != "" {
 		fmt.Fprintln(stderr, "sluice gateway: give --config or --platform, not both")
 		return 2
@@ -57,7 +57,7 @@ func (p *gatewayPlatform) run(ctx context.Context, cfgPath, listen, pricingFile 
 		return 1
 	}
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second}}
-	return pulledGateway{listen: listen, pricingFile: pricingFile, logger: logger, stdout: stdout, startTimeout: p.wait,
+	return pulledGateway{listen: listen, pricingFile: pricingFile, logger: logger, access: access, stdout: stdout, startTimeout: p.wait,
 		feed: &pull.HTTPFeed{URL: p.url, Token: token, Client: client}, cache: cache,
 		meter: app.MeterOptions{Platform: &ship.HTTPSender{URL: p.url, Token: token, Client: client}, SpoolDir: path + ".meter",
 			SpoolMaxBytes: p.spoolMaxBytes},

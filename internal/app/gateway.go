@@ -57,6 +57,9 @@ type Services struct {
 	// Tokens is the tokenizer (nil: a new one whose vocabularies are loaded
 	// before the gateway serves, not on its first requests).
 	Tokens *tokencount.Counter
+	// AccessLog receives the access log lines (nil: Logger); the
+	// deployment's meter.accessLog: off turns them off.
+	AccessLog *slog.Logger
 	// Admission is the fair-admission scheduler (nil: a new one on the real
 	// clock, its metrics registered once on Metrics). The gateway configures
 	// it with every deployment it applies.
@@ -120,7 +123,10 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 	}
 	var access *slog.Logger
 	if d.Meter.AccessLog != "off" {
-		access = o.Logger
+		access = o.AccessLog
+		if access == nil {
+			access = o.Logger
+		}
 	}
 	if o.Registry == nil {
 		o.Registry = builtin.Registry()
