@@ -26,6 +26,9 @@ KEY=sk-sluice-bench
 cd "$(dirname "$0")/.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-meterbench.XXXXXX")
 pids=()
+declare -A gwpid
+# cpu_ticks prints a process's user+system CPU time in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 cleanup() {
 	local rc=$?
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -61,6 +64,7 @@ for side in on off; do
 	SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
 		"$work/sluice" gateway --config "$work/$side.yaml" --listen "127.0.0.1:$p" >"$work/$side.out" 2>"$work/$side.log" &
 	pids+=($!)
+	gwpid[$side]=$!
 	"$work/loadgen" -wait "http://127.0.0.1:$p/readyz" || { cat "$work/$side.log" >&2; exit 1; }
 done
 
@@ -73,19 +77,32 @@ for round in $(seq 1 "$ROUNDS"); do
 	for side in "${order[@]}"; do
 		p=$on_port
 		[[ $side == off ]] && p=$off_port
+		# The gateway's own CPU per request (over warm-up and measured
+		# time, at the measured rate): it moves far less with other work
+		# on the machine than the throughput does.
+		c0=$(cpu_ticks "${gwpid[$side]}")
 		"$work/loadgen" -url "http://127.0.0.1:$p/openai/v1/chat/completions" -H "Authorization: Bearer $KEY" \
 			-mode closed -c "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -label "$side" >"$work/last.txt"
-		grep '^RESULT ' "$work/last.txt" | sed "s/^RESULT /RESULT round=$round /" | tee -a "$work/results.txt"
+		c1=$(cpu_ticks "${gwpid[$side]}")
+		grep '^RESULT ' "$work/last.txt" | sed "s/^RESULT /RESULT round=$round cpu_ticks=$((c1 - c0)) /" | tee -a "$work/results.txt"
 	done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "access log lines: $(grep -c 'msg=access' "$work/on.log" || true); records: $(wc -l <"$work/usage.jsonl" 2>/dev/null || echo 0)"
-awk '
+tick_us=$((1000000 / $(getconf CLK_TCK)))
+secs=$(( ${DURATION%s} + ${WARMUP%s} ))
+awk -v tick_us="$tick_us" -v secs="$secs" '
 function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
-/^RESULT / { r = field("round"); l = field("label"); rps[r, l] = field("rps"); err[r, l] = field("errors"); if (r > n) n = r }
+/^RESULT / { r = field("round"); l = field("label"); rps[r, l] = field("rps"); cpu[r, l] = field("cpu_ticks") * tick_us / (field("rps") * secs); if (r > n) n = r }
+function median(a,   i, j, t) {
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
 END {
-	printf "\n| round | metering on req/s | off req/s | on/off |\n|---|---:|---:|---:|\n"
-	for (r = 1; r <= n; r++) { q[r] = rps[r, "on"] / rps[r, "off"]; printf "| %d | %.0f | %.0f | %.3f |\n", r, rps[r, "on"], rps[r, "off"], q[r] }
-	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
-	printf "median on/off: %.3f\n", (n % 2) ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
+	printf "\n| round | metering on req/s | off req/s | on/off | on: gateway CPU us/req | off | off/on |\n|---|---:|---:|---:|---:|---:|---:|\n"
+	for (r = 1; r <= n; r++) {
+		q[r] = rps[r, "on"] / rps[r, "off"]; c[r] = cpu[r, "off"] / cpu[r, "on"]
+		printf "| %d | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f |\n", r, rps[r, "on"], rps[r, "off"], q[r], cpu[r, "on"], cpu[r, "off"], c[r]
+	}
+	printf "median on/off throughput: %.3f; median off/on gateway CPU per request: %.3f\n", median(q), median(c)
 }' "$work/results.txt"

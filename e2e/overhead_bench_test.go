@@ -94,14 +94,7 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 		b.Helper()
 		b.ReportAllocs()
 		for b.Loop() {
-			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader([]byte(benchChatBody)))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+npmAPIKey)
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code != http.StatusOK {
-				b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
-			}
+			serveBenchChat(b, h, path)
 		}
 	}
 
@@ -202,14 +195,7 @@ func BenchmarkHandlerMetering(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, "/openai/v1/chat/completions", bytes.NewReader([]byte(benchChatBody)))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+npmAPIKey)
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
-				if rec.Code != http.StatusOK {
-					b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
-				}
+				serveBenchChat(b, h, "/openai/v1/chat/completions")
 			}
 			// CPU time of the whole process (every goroutine: the exporter,
 			// the fsync loop, the GC) per request: on a shared machine it
@@ -226,4 +212,17 @@ func processCPU(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// serveBenchChat serves benchChatBody at path through h and fails unless it
+// answered 200.
+func serveBenchChat(b *testing.B, h http.Handler, path string) {
+	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader([]byte(benchChatBody)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+npmAPIKey)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
 }
