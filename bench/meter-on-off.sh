@@ -88,7 +88,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "access log lines: $(grep -c 'msg=access' "$work/on.log" || true); records: $(wc -l <"$work/usage.jsonl" 2>/dev/null || echo 0)"
+echo "access log lines: $(grep -c 'msg=access' "$work/on.log" || true); records: $(if [[ -f $work/usage.jsonl ]]; then wc -l <"$work/usage.jsonl"; else echo 0; fi)"
 tick_us=$((1000000 / $(getconf CLK_TCK)))
 secs=$(( ${DURATION%s} + ${WARMUP%s} ))
 awk -v tick_us="$tick_us" -v secs="$secs" '
