@@ -2,18 +2,24 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"sluice/deployment/yamlfile"
 	"sluice/internal/app"
+	"sluice/internal/linebuf"
 	"sluice/mockllm"
 	"sluice/tokencount"
 )
@@ -84,7 +90,13 @@ func recordMockChat(tb testing.TB) *cannedTransport {
 // allocs/op is the gateway's own per-request cost.
 func BenchmarkHandlerOverhead(b *testing.B) {
 	canned := recordMockChat(b)
-	send := func(b *testing.B, h http.Handler, path string) { benchChats(b, h, path, npmAPIKey) }
+	send := func(b *testing.B, h http.Handler, path string) {
+		b.Helper()
+		b.ReportAllocs()
+		for b.Loop() {
+			serveBenchChat(b, h, path)
+		}
+	}
 
 	b.Run("bareproxy", func(b *testing.B) {
 		target, _ := url.Parse("http://upstream.invalid")
@@ -116,11 +128,115 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 	})
 }
 
+// BenchmarkHandlerMetering is BenchmarkHandlerOverhead's gateway with the
+// meter off (`meter: {sink: none, accessLog: off}`), with the access log
+// alone (text, at info, to a file; written line by line, and batched as
+// sluice gateway writes it), with the access log and the usage records in a
+// JSON lines file, and with the meter off and tracing on (an
+// OTLP/HTTP exporter to a local receiver that discards): the differences
+// are metering's and tracing's per-request cost (docs/benchmarks.md §12).
+func BenchmarkHandlerMetering(b *testing.B) {
+	canned := recordMockChat(b)
+	otlp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	b.Cleanup(otlp.Close)
+	for _, v := range []struct {
+		name, meter          string
+		log, buffered, trace bool
+	}{
+		{name: "off", meter: `meter: {sink: none, accessLog: "off"}`},
+		{name: "accesslog-unbuffered", meter: `meter: {sink: none}`, log: true},
+		{name: "accesslog", meter: `meter: {sink: none}`, log: true, buffered: true},
+		{name: "jsonl+accesslog", meter: `meter: {sink: jsonl, jsonl: {path: "%s"}}`, log: true, buffered: true},
+		{name: "off+tracing", meter: `meter: {sink: none, accessLog: "off"}`, trace: true},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			dir := b.TempDir()
+			doc := append(deploymentYAML("http://upstream.invalid"), '\n')
+			if strings.Contains(v.meter, "%s") {
+				doc = fmt.Appendf(doc, v.meter, filepath.Join(dir, "usage.jsonl"))
+			} else {
+				doc = append(doc, v.meter...)
+			}
+			dep, err := yamlfile.Parse(doc, "metering benchmark deployment")
+			if err != nil {
+				b.Fatal(err)
+			}
+			logger := slog.New(slog.DiscardHandler)
+			if v.log {
+				f, err := os.Create(filepath.Join(dir, "gateway.log"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = f.Close() })
+				var w io.Writer = f
+				if v.buffered {
+					// As sluice gateway writes it (cmd/sluice newAccessLogger).
+					bw := linebuf.New(f, 0, 0)
+					b.Cleanup(func() { _ = bw.Close() })
+					w = bw
+				}
+				logger = slog.New(slog.NewTextHandler(w, nil))
+			}
+			if v.trace {
+				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.URL)
+			}
+			gw, err := app.NewGateway(dep, app.GatewayOptions{
+				Services:  app.Services{Logger: logger, Tokens: tokencount.New()},
+				Transport: canned,
+				Tracing:   app.TracingOptions{Enabled: v.trace},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = gw.Close() })
+			h := gw.Handler()
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				serveBenchChat(b, h, "/openai/v1/chat/completions")
+			}
+			// CPU time of the whole process (every goroutine: the exporter,
+			// the fsync loop, the GC) per request: on a shared machine it
+			// moves far less than ns/op, which counts waiting for a core.
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// processCPU is the process's user and system CPU time so far, in ns.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// serveBenchChat serves benchChatBody at path through h and fails unless it
+// answered 200.
+func serveBenchChat(b *testing.B, h http.Handler, path string) {
+	serveBenchChatAs(b, h, path, npmAPIKey)
+}
+
+// serveBenchChatAs is serveBenchChat with the API key key.
+func serveBenchChatAs(b *testing.B, h http.Handler, path, key string) {
+	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader([]byte(benchChatBody)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+	}
+}
+
 // BenchmarkFullChainOverhead is BenchmarkHandlerOverhead's gateway case with
 // the full chain of bench/fullchain.yaml (auth, backend and consumer token
 // limits, a consumer cost budget, llm-cost; memory counters) and the meter
-// as a gateway run from a file has it by default, the access log written at
-// info to io.Discard.
+// as a gateway run from that file has it, the access log written at info
+// to io.Discard.
 func BenchmarkFullChainOverhead(b *testing.B) {
 	canned := recordMockChat(b)
 	b.Setenv("SLUICE_BENCH_UPSTREAM", "http://upstream.invalid")
@@ -136,21 +252,9 @@ func BenchmarkFullChainOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = gw.Close() })
-	benchChats(b, gw.Handler(), "/openai/v1/chat/completions", "sk-sluice-bench")
-}
-
-// benchChats sends benchChatBody to h at path with key, once per iteration.
-func benchChats(b *testing.B, h http.Handler, path, key string) {
-	b.Helper()
+	h := gw.Handler()
 	b.ReportAllocs()
 	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader([]byte(benchChatBody)))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+key)
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusOK {
-			b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
-		}
+		serveBenchChatAs(b, h, "/openai/v1/chat/completions", "sk-sluice-bench")
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -81,6 +82,9 @@ type Options struct {
 	// AccessLog, when set, receives one line per request with the usage
 	// record's fields, at info.
 	AccessLog *slog.Logger
+	// Tracer, when set, gets a server span per proxied request and a client
+	// span per upstream attempt (tracing.go); nil: no tracing, no cost.
+	Tracer trace.Tracer
 }
 
 // Gateway is the data plane. Its methods are safe for concurrent use.

@@ -47,16 +47,20 @@ func (x *exchange) firstByte() {
 
 // meter produces the request's one usage record, after the chain's final
 // phase (the deferred end of serveProxy, on every path): it appends it to
-// the sink, counts its tokens and cost, and writes the access log line.
+// the sink, counts its tokens and cost, writes the access log line and ends
+// the request's trace span with it.
 // Requests that reached no LLM endpoint of a route (no route, /v1/models,
 // /v1/quota, a CORS preflight, an unknown path under a route) have none.
 func (x *exchange) meter(start time.Time) {
 	g := x.g
-	if x.ep == "" || (g.opts.Meter == nil && g.opts.AccessLog == nil) {
+	if x.ep == "" || (g.opts.Meter == nil && g.opts.AccessLog == nil && x.span == nil) {
+		x.endSpan(nil)
 		return
 	}
 	var rec meter.Record
 	x.buildRecord(&rec, start, g.now())
+	// The span ends with the record's facts, after the sink's append.
+	defer x.endSpan(&rec)
 	if g.opts.Meter != nil {
 		if err := g.opts.Meter.Append(&rec); err != nil {
 			g.usageMetrics.sinkErrors.Inc()

@@ -199,3 +199,84 @@ func TestUsageRecordPerOutcome(t *testing.T) {
 		})
 	}
 }
+
+// gateSink holds every Append until release is closed; entered receives
+// each record's id when its Append starts.
+type gateSink struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (s *gateSink) Append(r *meter.Record) error {
+	s.entered <- r.ID
+	<-s.release
+	return nil
+}
+
+// TestRecordAppendedBeforeLastByte: the usage record is appended before the
+// response's last byte leaves the gateway, so a client that read an answer
+// to its end (a body's Content-Length, a stream's final chunk) has its record
+// in the sink even if the gateway is killed right after: while the sink's
+// Append is held, no client gets its complete answer, whatever the body's
+// size.
+func TestRecordAppendedBeforeLastByte(t *testing.T) {
+	mock := startUpstream(t, mockllm.New(mockllm.Options{Counter: tokencount.New()}))
+	cases := []struct{ name, body string }{
+		{"small body", `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+		// Several times net/http's buffers: most of it is written through
+		// before the handler returns.
+		{"large body", `{"model":"gpt-4o-mini","max_tokens":4000,"messages":[{"role":"user","content":"hi"}]}`},
+		{"stream", `{"model":"gpt-4o-mini","max_tokens":50,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := &gateSink{entered: make(chan string, 1), release: make(chan struct{})}
+			var once sync.Once
+			free := func() { once.Do(func() { close(sink.release) }) }
+			t.Cleanup(free)
+			_, base := serveGateway(t, prepared(mockDeployment(mock.URL)), Options{
+				Registry: builtin.Registry(),
+				Logger:   slog.New(slog.DiscardHandler),
+				Services: policies.Services{Tokens: tokencount.New()},
+				Meter:    sink,
+			})
+			type answer struct {
+				n   int
+				err error
+			}
+			read := make(chan answer, 1)
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, base+"/openai/v1/chat/completions", strings.NewReader(tc.body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					read <- answer{err: err}
+					return
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				read <- answer{n: len(b), err: err}
+			}()
+			select {
+			case <-sink.entered:
+			case a := <-read:
+				t.Fatalf("the client read its answer (%d bytes, %v) before the record was appended", a.n, a.err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no record appended")
+			}
+			select {
+			case a := <-read:
+				t.Fatalf("the client read its answer to the end (%d bytes, %v) while the record's append was held", a.n, a.err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			free()
+			a := <-read
+			if a.err != nil {
+				t.Fatalf("answer after the append: %v", a.err)
+			}
+			if tc.name == "large body" && a.n < 12<<10 {
+				t.Fatalf("the large body is only %d bytes", a.n)
+			}
+		})
+	}
+}

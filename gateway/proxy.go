@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"mime"
 	"net"
@@ -61,6 +62,12 @@ type exchange struct {
 	// upstream is the upstream response body while it is open: finish
 	// closes it before it delivers the outcome.
 	upstream io.Closer
+	// span is the request's server span (nil without tracing).
+	span trace.Span
+	// tail is the last byte of a non-streamed body, written after the
+	// usage record is appended (hasTail: one is pending).
+	tail    byte
+	hasTail bool
 }
 
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +99,9 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		g.metrics.inflight.Dec()
 		x.record(start)
 		x.meter(start)
+		x.writeTail()
 	}()
+	x.startSpan()
 	x.serve()
 }
 
@@ -480,13 +489,36 @@ func (x *exchange) body(resp *http.Response) {
 	x.addClientHeaders()
 	h.Set("Content-Length", strconv.Itoa(len(presp.Body)))
 	x.writeHeader(presp.Status)
-	if err := x.writeBody(presp.Body); err != nil {
+	// The body's last byte is held back until the usage record is appended
+	// (writeTail, after meter): a client that read the answer to its end
+	// has its record in the sink, even if the gateway dies right after.
+	b := presp.Body
+	if n := len(b); n > 0 {
+		x.tail, x.hasTail = b[n-1], true
+		b = b[:n-1]
+	}
+	if err := x.writeBody(b); err != nil {
+		x.hasTail = false
 		// The provider's usage was read with the body: it stands even though
 		// the client did not take the answer.
 		x.finish(policies.Cancelled, presp.Status, err)
 		return
 	}
+	x.firstByte()
 	x.finish(policies.Completed, presp.Status, nil)
+}
+
+// writeTail writes the byte body held back, once the record is appended. A
+// failure is not reported: the outcome was delivered, and the client that
+// left at the last byte is as one whose connection failed after the
+// handler returned (net/http writes the buffered tail then).
+func (x *exchange) writeTail() {
+	if !x.hasTail {
+		return
+	}
+	x.hasTail = false
+	x.extendWrite()
+	_, _ = x.w.Write([]byte{x.tail})
 }
 
 // connDeadlines is what http.ResponseController calls to set deadlines.

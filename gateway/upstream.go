@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -63,7 +64,7 @@ func (g *Gateway) forward(ctx context.Context, p *provider, call *policies.Call,
 		if attempts != nil {
 			*attempts++
 		}
-		resp, err := g.attempt(ctx, p, ti, call, header, body)
+		resp, err := g.attempt(ctx, p, ti, i+1, call, header, body)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -98,7 +99,9 @@ func (g *Gateway) forward(ctx context.Context, p *provider, call *policies.Call,
 // attempt makes one upstream call. The per-attempt timeout covers the time
 // until response headers; the body (a stream may run for minutes) is bounded
 // only by the client's context.
-func (g *Gateway) attempt(ctx context.Context, p *provider, ti int, call *policies.Call, header http.Header, body []byte) (*http.Response, error) {
+//
+// n is the attempt's number (1-based), for its trace span.
+func (g *Gateway) attempt(ctx context.Context, p *provider, ti, n int, call *policies.Call, header http.Header, body []byte) (*http.Response, error) {
 	actx, cancel := context.WithCancel(ctx)
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(p.timeout, func() {
@@ -121,31 +124,39 @@ func (g *Gateway) attempt(ctx context.Context, p *provider, ti int, call *polici
 		return nil, err
 	}
 	req.Header = header
+	_, span := g.attemptSpan(ctx, p, call, n, req)
 	resp, err := g.transport.RoundTrip(req)
 	if !timer.Stop() || timedOut.Load() {
 		if err == nil {
 			resp.Body.Close()
 		}
 		cancel()
+		endAttemptSpan(span, 0, errAttemptTimeout)
 		return nil, errAttemptTimeout
 	}
 	if err != nil {
 		cancel()
+		endAttemptSpan(span, 0, err)
 		return nil, err
 	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel, span: span, status: resp.StatusCode}
 	return resp, nil
 }
 
-// cancelOnClose releases the attempt's context when the body is closed.
+// cancelOnClose releases the attempt's context when the body is closed, and
+// ends the attempt's span (nil without tracing).
 type cancelOnClose struct {
 	io.ReadCloser
 	cancel context.CancelFunc
+	span   trace.Span
+	status int
 }
 
 func (c *cancelOnClose) Close() error {
 	err := c.ReadCloser.Close()
 	c.cancel()
+	endAttemptSpan(c.span, c.status, nil)
+	c.span = nil
 	return err
 }
 

@@ -20,6 +20,7 @@ import (
 	"sluice/deployment/yamlfile"
 	"sluice/gateway/filesource"
 	"sluice/internal/app"
+	"sluice/internal/linebuf"
 	"sluice/mockllm"
 	"sluice/tokencount"
 )
@@ -59,18 +60,24 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger.Info("sluice gateway starting", "version", buildVersion())
+	access, closeAccess, err := newAccessLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		return 2
+	}
+	defer closeAccess()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if f.platform.url != "" {
-		return f.platform.run(ctx, f.config, f.listen, f.pricing, logger, stdout, stderr)
+		return f.platform.run(ctx, f.config, f.listen, f.pricing, logger, access, stdout, stderr)
 	}
-	return f.serveFile(ctx, logger, stdout, stderr)
+	return f.serveFile(ctx, logger, access, stdout, stderr)
 }
 
 // serveFile serves the deployment file (or the demo deployment) until ctx
 // is done, reloading it when it changes and on SIGHUP. It returns the exit
 // code.
-func (f gatewayFlags) serveFile(ctx context.Context, logger *slog.Logger, stdout, stderr io.Writer) int {
+func (f gatewayFlags) serveFile(ctx context.Context, logger, access *slog.Logger, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
@@ -89,7 +96,8 @@ func (f gatewayFlags) serveFile(ctx context.Context, logger *slog.Logger, stdout
 	}
 	defer stopMock()
 	gw, err := app.NewGateway(d, app.GatewayOptions{
-		Services:        app.Services{Logger: logger, PricingFile: f.pricing},
+		Tracing:         tracingFromEnv(),
+		Services:        app.Services{Logger: logger, AccessLog: access, PricingFile: f.pricing},
 		SeparateMetrics: f.metricsListen != "",
 	})
 	if err != nil {
@@ -222,6 +230,20 @@ func logRoutes(logger *slog.Logger, d *deployment.Deployment) {
 		logger.Info("route", "name", r.Name, "context", r.Context, "provider", r.Provider,
 			"upstream", urls[r.Provider], "policies", len(r.Policies))
 	}
+}
+
+// newAccessLogger is the access log's logger: the process log's format and
+// level on w through a linebuf.Writer, so that a line per request is not a
+// write(2) per request (lines wait at most linebuf.DefaultInterval). close
+// flushes it.
+func newAccessLogger(w io.Writer, format, level string) (l *slog.Logger, closeFn func(), err error) {
+	bw := linebuf.New(w, 0, 0)
+	l, err = newLogger(bw, format, level)
+	if err != nil {
+		_ = bw.Close()
+		return nil, nil, err
+	}
+	return l, func() { _ = bw.Close() }, nil
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

@@ -20,9 +20,11 @@ type pulledGateway struct {
 	listen      string
 	pricingFile string
 	logger      *slog.Logger
-	stdout      io.Writer
-	feed        pull.Feed
-	cache       *pull.Cache
+	// access is the access log's logger (nil: logger).
+	access *slog.Logger
+	stdout io.Writer
+	feed   pull.Feed
+	cache  *pull.Cache
 	// startTimeout bounds the wait for the platform before the cache is used.
 	startTimeout time.Duration
 	// meter ships the usage records to the platform.
@@ -48,10 +50,11 @@ func (o pulledGateway) run(ctx context.Context, stderr io.Writer) int {
 		return fail(err)
 	}
 	gw, err = app.NewGateway(d, app.GatewayOptions{
-		Services: app.Services{Logger: logger, PricingFile: o.pricingFile, Counters: o.counters},
+		Services: app.Services{Logger: logger, AccessLog: o.access, PricingFile: o.pricingFile, Counters: o.counters},
 		// Every key lookup is recorded for the platform's "last used".
 		WrapKeys: usage.Wrap,
 		Meter:    o.meter,
+		Tracing:  tracingFromEnv(),
 	})
 	if err != nil {
 		return fail(err)

@@ -40,6 +40,12 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 2
 	}
+	access, closeAccess, err := newAccessLogger(stderr, *o.logFormat, *o.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
+	defer closeAccess()
 	counters, err := o.counters.setting(os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
@@ -82,7 +88,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	// The gateway drains first, then the platform stops.
-	code := pulledGateway{listen: *listen, pricingFile: *pricingFile, logger: logger, stdout: stdout, counters: shared,
+	code := pulledGateway{listen: *listen, pricingFile: *pricingFile, logger: logger, access: access, stdout: stdout, counters: shared,
 		startTimeout: 10 * time.Second, feed: localFeed{p: p, id: localGatewayID},
 		meter: app.MeterOptions{Platform: localUsage{p: p, id: localGatewayID}, SpoolDir: filepath.Join(*o.data, "meter-spool"), GatewayID: localGatewayID},
 	}.run(ctx, stderr)

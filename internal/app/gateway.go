@@ -60,6 +60,9 @@ type Services struct {
 	// Tokens is the tokenizer (nil: a new one whose vocabularies are loaded
 	// before the gateway serves, not on its first requests).
 	Tokens *tokencount.Counter
+	// AccessLog receives the access log lines (nil: Logger); the
+	// deployment's meter.accessLog: off turns them off.
+	AccessLog *slog.Logger
 	// Admission is the fair-admission scheduler (nil: a new one on the real
 	// clock, its metrics registered once on Metrics, and, when the
 	// deployment's counters are Redis, sharing each provider's capacity
@@ -87,6 +90,8 @@ type GatewayOptions struct {
 	// JSON lines file when the deployment's meter.jsonl.path is set, else
 	// nowhere).
 	Meter MeterOptions
+	// Tracing turns on OpenTelemetry traces (the zero value: off).
+	Tracing TracingOptions
 }
 
 // Gateway is an assembled gateway and the services the wiring owns for it.
@@ -117,9 +122,17 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 		g.Close()
 		return nil, err
 	}
+	tracer, err := g.tracer(o.Tracing)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
 	var access *slog.Logger
 	if d.Meter.AccessLog != "off" {
-		access = o.Logger
+		access = o.AccessLog
+		if access == nil {
+			access = o.Logger
+		}
 	}
 	if o.Registry == nil {
 		o.Registry = builtin.Registry()
@@ -138,7 +151,7 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 			Admission: o.Admission,
 		},
 		KeyIndex: keys, Transport: o.Transport, Backoff: o.Backoff, SeparateMetrics: o.SeparateMetrics,
-		Meter: sink, GatewayID: o.Meter.GatewayID, AccessLog: access,
+		Meter: sink, GatewayID: o.Meter.GatewayID, AccessLog: access, Tracer: tracer,
 	})
 	if err == nil {
 		g.Gateway = gw

@@ -23,6 +23,9 @@ type MeterOptions struct {
 	Platform ship.Sender
 	// SpoolDir is the spool's directory when meter.spool.dir is not set.
 	SpoolDir string
+	// SpoolMaxBytes is the spool's bound when meter.spool.maxBytes is not
+	// set (0: spool.DefaultMaxBytes).
+	SpoolMaxBytes int64
 	// GatewayID names the gateway in its records ("": the platform fills in
 	// the sending token's gateway).
 	GatewayID string
@@ -74,7 +77,11 @@ func (g *Gateway) meterSink(d *deployment.Deployment, s *Services, o MeterOption
 	if dir == "" {
 		return nil, errors.New("meter.spool.dir: the platform sink needs a spool directory")
 	}
-	sp, err := spool.Open(dir, spool.Options{MaxBytes: m.Spool.MaxBytes, Sync: sync, Logger: log})
+	maxBytes := m.Spool.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = o.SpoolMaxBytes
+	}
+	sp, err := spool.Open(dir, spool.Options{MaxBytes: maxBytes, Sync: sync, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +103,7 @@ func (g *Gateway) meterSink(d *deployment.Deployment, s *Services, o MeterOption
 		}
 		return sp.Close()
 	})
-	log.Info("usage records shipped to the platform", "spool", dir, "sync", sync.String())
+	log.Info("usage records shipped to the platform", "spool", dir, "max_bytes", sp.MaxBytes(), "sync", sync.String())
 	return sp, nil
 }
 

@@ -46,7 +46,7 @@ var layers = []struct {
 	{"llmapi", 1.2},
 	{"gwerror", 1.1},
 	{"dialect", 1}, {"sse", 1}, {"policydefs", 1},
-	{"internal/clock", 0}, {"internal/satmath", 0}, {"internal/promreg", 0}, {"internal/serve", 0},
+	{"internal/clock", 0}, {"internal/satmath", 0}, {"internal/promreg", 0}, {"internal/serve", 0}, {"internal/linebuf", 0},
 	// Test support: imported by tests only.
 	{"internal/pgtest", 0}, {"internal/redistest", 0}, {"internal/proctest", 0},
 	{"internal/layout", 0},

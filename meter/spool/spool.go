@@ -657,6 +657,9 @@ func writeFileSync(path string, data []byte, fsync bool) error {
 	return filesync.Close(f, fsync)
 }
 
+// MaxBytes is the spool's bound (Options.MaxBytes after defaults).
+func (s *Spool) MaxBytes() int64 { return s.opt.MaxBytes }
+
 // Stats returns the current counters.
 func (s *Spool) Stats() Stats {
 	s.mu.Lock()

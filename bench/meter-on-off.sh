@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The gateway's throughput with metering on against off, in one run: two
+# gateways of the same binary on the same deployment ($CONFIG, default
+# bench/fullchain.yaml), one with the meter as a file-configured gateway has
+# it when asked for (records to a JSON lines file, sync interval, the access
+# log on at info in the text format, to a file), one with
+# `meter: {sink: none, accessLog: off}`. Closed-loop runs alternate between
+# them, $ROUNDS times, so both see the same moments of contention on a
+# shared machine; the table shows every run and the median ratio.
+#
+# Environment (defaults in brackets): DURATION [10s], WARMUP [2s], CONNS [64],
+# ROUNDS [3], CONFIG [bench/fullchain.yaml], SINK [jsonl; none: the access log
+# alone], SLUICE [empty: build ./cmd/sluice; a path: that binary],
+# EXTRA_ON, EXTRA_OFF [empty: YAML lines added under the meter-on and the
+# meter-off deployment's top level, e.g. a tracing section].
+set -euo pipefail
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+CONNS=${CONNS:-64}
+ROUNDS=${ROUNDS:-3}
+CONFIG=${CONFIG:-bench/fullchain.yaml}
+SINK=${SINK:-jsonl}
+KEY=sk-sluice-bench
+
+cd "$(dirname "$0")/.."
+work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-meterbench.XXXXXX")
+pids=()
+declare -A gwpid
+# cpu_ticks prints a process's user+system CPU time in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cleanup() {
+	local rc=$?
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$work"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [[ -n "${SLUICE:-}" ]]; then cp "$SLUICE" "$work/sluice"; else go build -o "$work/sluice" ./cmd/sluice; fi
+go build -o "$work/loadgen" ./bench/loadgen
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+mock_port=$(port)
+on_port=$(port)
+off_port=$(port)
+
+if [[ "$SINK" == jsonl ]]; then
+	meter_on="meter: {sink: jsonl, jsonl: {path: $work/usage.jsonl}}"
+else
+	meter_on="meter: {sink: none}"
+fi
+{ cat "$CONFIG"; echo "$meter_on"; echo "${EXTRA_ON:-}"; } >"$work/on.yaml"
+{ cat "$CONFIG"; echo 'meter: {sink: none, accessLog: "off"}'; echo "${EXTRA_OFF:-}"; } >"$work/off.yaml"
+
+"$work/sluice" mock-llm --listen "127.0.0.1:$mock_port" >"$work/mock.log" 2>&1 &
+pids+=($!)
+"$work/loadgen" -wait "http://127.0.0.1:$mock_port/healthz"
+for side in on off; do
+	p=$on_port
+	[[ $side == off ]] && p=$off_port
+	SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
+		"$work/sluice" gateway --config "$work/$side.yaml" --listen "127.0.0.1:$p" >"$work/$side.out" 2>"$work/$side.log" &
+	pids+=($!)
+	gwpid[$side]=$!
+	"$work/loadgen" -wait "http://127.0.0.1:$p/readyz" || { cat "$work/$side.log" >&2; exit 1; }
+done
+
+echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3); config $CONFIG, sink $SINK"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+: >"$work/results.txt"
+for round in $(seq 1 "$ROUNDS"); do
+	order=(on off)
+	(( round % 2 == 0 )) && order=(off on)
+	for side in "${order[@]}"; do
+		p=$on_port
+		[[ $side == off ]] && p=$off_port
+		# The gateway's own CPU per request (over warm-up and measured
+		# time, at the measured rate): it moves far less with other work
+		# on the machine than the throughput does.
+		c0=$(cpu_ticks "${gwpid[$side]}")
+		"$work/loadgen" -url "http://127.0.0.1:$p/openai/v1/chat/completions" -H "Authorization: Bearer $KEY" \
+			-mode closed -c "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -label "$side" >"$work/last.txt"
+		c1=$(cpu_ticks "${gwpid[$side]}")
+		grep '^RESULT ' "$work/last.txt" | sed "s/^RESULT /RESULT round=$round cpu_ticks=$((c1 - c0)) /" | tee -a "$work/results.txt"
+	done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "access log lines: $(grep -c 'msg=access' "$work/on.log" || true); records: $(if [[ -f $work/usage.jsonl ]]; then wc -l <"$work/usage.jsonl"; else echo 0; fi)"
+tick_us=$((1000000 / $(getconf CLK_TCK)))
+secs=$(( ${DURATION%s} + ${WARMUP%s} ))
+awk -v tick_us="$tick_us" -v secs="$secs" '
+function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
+/^RESULT / { r = field("round"); l = field("label"); rps[r, l] = field("rps"); cpu[r, l] = field("cpu_ticks") * tick_us / (field("rps") * secs); if (r > n) n = r }
+function median(a,   i, j, t) {
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+END {
+	printf "\n| round | metering on req/s | off req/s | on/off | on: gateway CPU us/req | off | off/on |\n|---|---:|---:|---:|---:|---:|---:|\n"
+	for (r = 1; r <= n; r++) {
+		q[r] = rps[r, "on"] / rps[r, "off"]; c[r] = cpu[r, "off"] / cpu[r, "on"]
+		printf "| %d | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f |\n", r, rps[r, "on"], rps[r, "off"], q[r], cpu[r, "on"], cpu[r, "off"], c[r]
+	}
+	printf "median on/off throughput: %.3f; median off/on gateway CPU per request: %.3f\n", median(q), median(c)
+}' "$work/results.txt"
