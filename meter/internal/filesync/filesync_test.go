@@ -27,9 +27,16 @@ func TestSyncer(t *testing.T) {
 	s.Wrote(active)
 	s.DirChanged(dir)
 	s.DirChanged(dir)
-	time.Sleep(20 * time.Millisecond)
-	if _, err := retired.Write([]byte("x")); !errors.Is(err, os.ErrClosed) {
-		t.Errorf("a retired file is still open after a round: %v", err)
+	// A round runs every millisecond; a loaded machine may delay it, so
+	// wait for it (up to a bound far above any scheduling delay).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		_, err := retired.Write([]byte("x"))
+		if errors.Is(err, os.ErrClosed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a retired file is still open after 10 s of rounds: %v", err)
+		}
 	}
 	if _, err := active.Write([]byte("x")); err != nil {
 		t.Errorf("the active file was closed: %v", err)
