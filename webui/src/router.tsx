@@ -16,6 +16,7 @@ const ProviderGatewaysTab = lazyRouteComponent(() => import("./pages/GatewaysPag
 const GatewaysPage = lazyRouteComponent(() => import("./pages/GatewaysPage"), "GatewaysPage");
 const ApplicationsPage = lazyRouteComponent(() => import("./pages/ApplicationsPage"), "ApplicationsPage");
 const ApplicationPage = lazyRouteComponent(() => import("./pages/ApplicationPage"), "ApplicationPage");
+const UsagePage = lazyRouteComponent(() => import("./pages/UsagePage"), "UsagePage");
 const AuditPage = lazyRouteComponent(() => import("./pages/AuditPage"), "AuditPage");
 
 const rootRoute = createRootRoute({ component: Layout, notFoundComponent: NotFound });
@@ -44,6 +45,7 @@ const providerSettingsRoute = createRoute({ getParentRoute: () => providerRoute,
 const applicationsRoute = createRoute({ getParentRoute: () => rootRoute, path: "applications", component: ApplicationsPage });
 const applicationRoute = createRoute({ getParentRoute: () => rootRoute, path: "applications/$applicationId", component: ApplicationPage });
 const gatewaysRoute = createRoute({ getParentRoute: () => rootRoute, path: "gateways", component: GatewaysPage });
+const usageRoute = createRoute({ getParentRoute: () => rootRoute, path: "usage", component: UsagePage });
 const auditRoute = createRoute({ getParentRoute: () => rootRoute, path: "audit", component: AuditPage });
 
 const routeTree = rootRoute.addChildren([
@@ -53,6 +55,7 @@ const routeTree = rootRoute.addChildren([
   applicationsRoute,
   applicationRoute,
   gatewaysRoute,
+  usageRoute,
   auditRoute,
 ]);
 

@@ -595,6 +595,25 @@ function LimitRow({
             error={shown(`${path}.reset.unit`)}
           />
         </Group>
+        <TextInput
+          w={150}
+          aria-label={`${label}: ${kindLabel[kind]} alert at, percents`}
+          placeholder="alert at, e.g. 80, 100"
+          rightSection={
+            <Text size="xs" c="dimmed" pr={6}>
+              %
+            </Text>
+          }
+          rightSectionPointerEvents="none"
+          value={row.alertAt}
+          disabled={!row.enabled}
+          onChange={(e) => {
+            const v = e.currentTarget.value;
+            set((r) => void (r.alertAt = v));
+          }}
+          error={shown(`${path}.alertAt`)}
+          styles={{ error: { width: 220 } }}
+        />
         {row.enabled && period && (
           <Text size="xs" c="dimmed" mt={10} visibleFrom="md">
             {period}
