@@ -51,7 +51,7 @@ describe("console flow", { timeout: 240_000 }, () => {
     await field.focus();
     await page.keyboard.type(stack.token);
     await page.keyboard.press("Enter");
-    await page.getByRole("heading", { name: "Providers" }).waitFor();
+    await page.getByRole("heading", { name: "Providers", level: 1 }).waitFor();
     await page.getByText("No providers yet").waitFor();
     // The first Tab stop is the skip link.
     await page.keyboard.press("Tab");
@@ -225,9 +225,9 @@ describe("console flow", { timeout: 240_000 }, () => {
     await checkPage("usage");
 
     // Filter by model: nothing matches a model that was never asked for.
-    await page.getByLabel("Model").fill("no-such-model");
+    await page.getByRole("combobox", { name: "Model" }).fill("no-such-model");
     await page.getByText("No requests in this period").first().waitFor();
-    await page.getByLabel("Model").fill("");
+    await page.getByRole("combobox", { name: "Model" }).fill("");
     await requests.getByRole("img").waitFor();
 
     const download = page.waitForEvent("download");

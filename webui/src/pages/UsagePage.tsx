@@ -176,7 +176,7 @@ export function UsagePage() {
               <Text size="sm" fw={500} id="period-label">
                 Period
               </Text>
-              <SegmentedControl value={period} onChange={(v) => setPeriod(v as Period)} data={periods} aria-labelledby="period-label" />
+              <SegmentedControl value={period} onChange={(v) => setPeriod(v)} data={periods} aria-labelledby="period-label" />
             </Stack>
             <Stack gap={4}>
               <Text size="sm" fw={500} id="split-label">
@@ -184,7 +184,7 @@ export function UsagePage() {
               </Text>
               <SegmentedControl
                 value={split}
-                onChange={(v) => setSplit(v as Split)}
+                onChange={(v) => setSplit(v)}
                 aria-labelledby="split-label"
                 data={[
                   { value: "application", label: "Application" },
@@ -317,7 +317,7 @@ function TopConsumers({
         <SegmentedControl
           size="xs"
           value={dim}
-          onChange={(v) => setDim(v as TopDimension)}
+          onChange={(v) => setDim(v)}
           aria-label="Top consumers by"
           data={[
             { value: "application", label: "Applications" },
@@ -396,7 +396,7 @@ function RecordsCard({ range, filters, appName }: { range: Range; filters: Filte
           if (records.length === 0) return <Empty title="No requests in this period">Records appear here once a gateway has sent them (within seconds).</Empty>;
           return (
             <Stack gap="sm">
-              <Table.ScrollContainer minWidth={980}>
+              <Table.ScrollContainer minWidth={980} scrollAreaProps={{ viewportProps: { tabIndex: 0, role: "region", "aria-label": "Recent requests, scrollable" } }}>
                 <Table verticalSpacing={6} fz="sm" aria-label="Recent requests, newest first">
                   <Table.Thead>
                     <Table.Tr>
@@ -426,7 +426,7 @@ function RecordsCard({ range, filters, appName }: { range: Range; filters: Filte
                         <Table.Td style={{ whiteSpace: "nowrap" }}>{when(r.ts)}</Table.Td>
                         <Table.Td>{appName(r.application)}</Table.Td>
                         <Table.Td>{r.provider}</Table.Td>
-                        <Table.Td className="mono">{r.servedModel && r.servedModel !== r.requestedModel ? `${r.requestedModel} → ${r.servedModel}` : r.requestedModel}</Table.Td>
+                        <Table.Td className="mono" style={{ whiteSpace: "nowrap" }}>{r.servedModel && r.servedModel !== r.requestedModel ? `${r.requestedModel} → ${r.servedModel}` : r.requestedModel}</Table.Td>
                         <Table.Td>
                           <Badge variant="light" color={resolutionColor[r.resolution] ?? "gray"}>
                             {r.resolution}

@@ -43,7 +43,7 @@ export function UsageChart({ title, data, series, bucket, format, axisFormat = f
         <SegmentedControl
           size="xs"
           value={view}
-          onChange={(v) => setView(v as "chart" | "table")}
+          onChange={(v) => setView(v)}
           data={[
             { value: "chart", label: "Chart" },
             { value: "table", label: "Table" },
@@ -65,7 +65,7 @@ export function UsageChart({ title, data, series, bucket, format, axisFormat = f
             series={series.map((name, i) => ({ name, color: colors[i % colors.length] }))}
             valueFormatter={axisFormat}
             withLegend={series.length > 1}
-            legendProps={{ verticalAlign: "bottom", height: 40 }}
+            legendProps={{ verticalAlign: "bottom" }}
             tooltipProps={{ formatter: (v) => format(Number(v)) }}
             tickLine="none"
             gridAxis="y"
@@ -77,7 +77,12 @@ export function UsageChart({ title, data, series, bucket, format, axisFormat = f
           />
         </div>
       ) : (
-        <Table.ScrollContainer minWidth={Math.max(320, 120 + 110 * series.length)} maxHeight={260}>
+        <Table.ScrollContainer
+          minWidth={Math.max(320, 120 + 110 * series.length)}
+          maxHeight={260}
+          // The table scrolls: its viewport takes the focus, so that the keyboard scrolls it too.
+          scrollAreaProps={{ viewportProps: { tabIndex: 0, role: "region", "aria-label": `${title}, table` } }}
+        >
           <Table striped verticalSpacing={4} fz="sm" stickyHeader aria-label={title}>
             <Table.Thead>
               <Table.Tr>

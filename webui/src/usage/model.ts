@@ -13,10 +13,10 @@ export type Bucket = UsageReport["bucket"];
 
 export type Period = "1h" | "24h" | "7d" | "30d" | "custom";
 export const periods: { value: Period; label: string }[] = [
-  { value: "1h", label: "Last hour" },
+  { value: "1h", label: "1 h" },
   { value: "24h", label: "24 h" },
-  { value: "7d", label: "7 days" },
-  { value: "30d", label: "30 days" },
+  { value: "7d", label: "7 d" },
+  { value: "30d", label: "30 d" },
   { value: "custom", label: "Custom" },
 ];
 
