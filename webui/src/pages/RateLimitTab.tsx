@@ -23,7 +23,7 @@ import {
   Title,
 } from "@mantine/core";
 import { useDisclosure } from "@mantine/hooks";
-import { IconPlus, IconTrash } from "@tabler/icons-react";
+import { IconBell, IconPlus, IconTrash } from "@tabler/icons-react";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { useMemo, useRef, useState } from "react";
 import { ApiError, call, type RateLimits } from "../api/client";
@@ -598,7 +598,9 @@ function LimitRow({
         <TextInput
           w={150}
           aria-label={`${label}: ${kindLabel[kind]} alert at, percents`}
-          placeholder="alert at, e.g. 80, 100"
+          placeholder="80, 100"
+          title="Alert at these percents of the limit"
+          leftSection={<IconBell size={14} aria-hidden />}
           rightSection={
             <Text size="xs" c="dimmed" pr={6}>
               %
