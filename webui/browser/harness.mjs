@@ -120,7 +120,7 @@ export async function startPlatform(dataDir, token) {
     /sluice console: (http:\/\/\S+)\//,
     120000,
   );
-  return { token, consoleURL: p.match[1], stop: () => stop(p.proc) };
+  return { token, consoleURL: p.match[1], pid: p.proc.pid, stop: () => stop(p.proc) };
 }
 
 /** Debian's chromium, headless, with a fresh profile (playwright makes a

@@ -42,6 +42,7 @@ import {
 } from "../usage/model";
 
 const usageKey = (q: object) => ["usage", q] as const;
+const tokenSeries = tokenKinds.map((k) => k.label);
 
 function useUsage(range: Range | null, filters: Filters, groupBy?: TopDimension, denied = false) {
   const client = useClient();
@@ -122,7 +123,10 @@ export function UsagePage() {
     const m = new Map((apps.data ?? []).map((a) => [a.id, a.name]));
     return (id: string) => (id === "" ? "(no application)" : (m.get(id) ?? id));
   }, [apps.data]);
-  const label = (dim: TopDimension) => (v: string) => (dim === "application" ? appName(v) : v === "" ? "(none)" : v);
+  const labels = useMemo(() => {
+    const other = (v: string) => (v === "" ? "(none)" : v);
+    return { application: appName, key: other, model: other } satisfies Record<TopDimension, (v: string) => string>;
+  }, [appName]);
 
   const series = useUsage(range, filters, split);
   const denied = useUsage(range, filters, split, true);
@@ -241,8 +245,8 @@ export function UsagePage() {
         </Card>
       ) : (
         <>
-          <Charts series={series} denied={denied} split={split} label={label(split)} />
-          <TopConsumers top={top} denied={topDenied} dim={topDim} setDim={setTopDim} label={label(topDim)} />
+          <Charts series={series} denied={denied} split={split} label={labels[split]} />
+          <TopConsumers top={top} denied={topDenied} dim={topDim} setDim={setTopDim} label={labels[topDim]} />
           {range && <AlertsCard filters={filters} appName={appName} />}
           {range && <RecordsCard range={range} filters={filters} appName={appName} />}
           <WebhookCard />
@@ -254,15 +258,22 @@ export function UsagePage() {
 
 type ReportQuery = ReturnType<typeof useUsage>;
 
+const compact = (n: number) => count(n, true);
+
 function Charts({ series, denied, split, label }: { series: ReportQuery; denied: ReportQuery; split: Split; label: (v: string) => string }) {
+  // The chart data change only with the reports: the charts (Recharts, the
+  // costliest part of the page to render) are not redrawn when another of
+  // the page's queries answers.
+  const r0 = series.data;
+  const d0 = denied.data;
+  const tokens = useMemo(() => (r0 ? tokensByKind(r0) : []), [r0]);
+  const cost = useMemo(() => (r0 ? pivot(r0, split, "costMicroUsd", label, 5) : null), [r0, split, label]);
+  const requests = useMemo(() => (r0 ? pivot(r0, split, "requests", label, 5) : null), [r0, split, label]);
+  const den = useMemo(() => (d0 ? pivot(d0, split, "requests", label, 5) : null), [d0, split, label]);
   if (series.isPending) return <Loading label="Loading the usage" />;
-  if (series.isError || !series.data) return <ErrorState error={series.error} retry={() => void series.refetch()} title="Could not load the usage" />;
+  if (series.isError || !series.data || !cost || !requests) return <ErrorState error={series.error} retry={() => void series.refetch()} title="Could not load the usage" />;
   const r = series.data;
   const bucket = r.bucket;
-  const cost = pivot(r, split, "costMicroUsd", label, 5);
-  const requests = pivot(r, split, "requests", label, 5);
-  const den = denied.data ? pivot(denied.data, split, "requests", label, 5) : null;
-  const compact = (n: number) => count(n, true);
   return (
     <section aria-label="Usage over time">
       <Text size="sm" c="dimmed" mb="xs" aria-live="polite">
@@ -272,8 +283,8 @@ function Charts({ series, denied, split, label }: { series: ReportQuery; denied:
       <SimpleGrid cols={{ base: 1, lg: 2 }} spacing="md">
         <UsageChart
           title="Tokens by kind"
-          data={tokensByKind(r)}
-          series={tokenKinds.map((k) => k.label)}
+          data={tokens}
+          series={tokenSeries}
           bucket={bucket}
           format={count}
           axisFormat={compact}

@@ -1,9 +1,11 @@
-// One chart of the Usage page: stacked bars per bucket, with a table of the
+// One chart of the Usage page: stacked areas over the buckets (one path per
+// series: a bar per bucket and series costs Recharts far more to render over
+// a week of hours), with a table of the
 // same numbers one switch away (the chart's accessible alternative) and a
 // summary sentence as the chart's label.
-import { BarChart } from "@mantine/charts";
+import { AreaChart } from "@mantine/charts";
 import { Card, Group, SegmentedControl, Table, Text, Title } from "@mantine/core";
-import { useId, useState } from "react";
+import { memo, useId, useMemo, useState } from "react";
 import { bucketLabel, type Bucket } from "./model";
 
 const colors = ["blue.7", "teal.8", "orange.8", "grape.7", "cyan.9", "gray.6"];
@@ -20,12 +22,18 @@ export interface ChartProps {
   empty: string;
 }
 
-export function UsageChart({ title, data, series, bucket, format, axisFormat = format, empty }: ChartProps) {
+/** Memoized: redrawn only when its props change (data and series are
+ * expected to be memoized by the caller). */
+export const UsageChart = memo(function UsageChart({ title, data, series, bucket, format, axisFormat = format, empty }: ChartProps) {
   const id = useId();
   const [view, setView] = useState<"chart" | "table">("chart");
   const multiDay = data.length > 24;
-  const points: Record<string, string | number>[] = data.map((p) => ({ ...p, label: bucketLabel(p.start as string, bucket, multiDay) }));
-  const total = data.reduce((t, p) => t + series.reduce((s, name) => s + ((p[name] as number) ?? 0), 0), 0);
+  const points = useMemo<Record<string, string | number>[]>(
+    () => data.map((p) => ({ ...p, label: bucketLabel(p.start as string, bucket, multiDay) })),
+    [data, bucket, multiDay],
+  );
+  const total = useMemo(() => data.reduce((t, p) => t + series.reduce((s, name) => s + ((p[name] as number) ?? 0), 0), 0), [data, series]);
+  const chartSeries = useMemo(() => series.map((name, i) => ({ name, color: colors[i % colors.length] })), [series]);
   const summary = `${title}: ${format(total)} in ${data.length} ${bucket === "hour" ? "hours" : "days"}${
     series.length > 1 ? `, split by ${series.join(", ")}` : ""
   }.`;
@@ -57,12 +65,17 @@ export function UsageChart({ title, data, series, bucket, format, axisFormat = f
         </Text>
       ) : view === "chart" ? (
         <div role="img" aria-label={summary}>
-          <BarChart
+          <AreaChart
             h={200}
             data={points}
             dataKey="label"
             type="stacked"
-            series={series.map((name, i) => ({ name, color: colors[i % colors.length] }))}
+            curveType="linear"
+            withDots={false}
+            withGradient={false}
+            fillOpacity={0.75}
+            strokeWidth={1}
+            series={chartSeries}
             valueFormatter={axisFormat}
             withLegend={series.length > 1}
             legendProps={{ verticalAlign: "bottom" }}
@@ -73,7 +86,7 @@ export function UsageChart({ title, data, series, bucket, format, axisFormat = f
             xAxisProps={{ minTickGap: 16 }}
             yAxisProps={{ width: 64 }}
             tooltipAnimationDuration={0}
-            barProps={{ isAnimationActive: false }}
+            areaProps={{ isAnimationActive: false }}
           />
         </div>
       ) : (
@@ -113,4 +126,4 @@ export function UsageChart({ title, data, series, bucket, format, axisFormat = f
       )}
     </Card>
   );
-}
+});
