@@ -13,7 +13,7 @@ import { data, toApiError } from "../api/client";
 import { useApplications, useProviders } from "../api/queries";
 import { useClient, useSession } from "../auth";
 import { PageHeader } from "../components/Layout";
-import { Empty, ErrorState, Loading, QueryView, errorText } from "../components/states";
+import { Empty, ErrorState, LoadMore, Loading, QueryView, errorText } from "../components/states";
 import { when } from "../lib/format";
 import { AlertsCard, WebhookCard } from "../usage/AlertsCards";
 import { UsageChart } from "../usage/UsageChart";
@@ -347,21 +347,11 @@ function TopConsumers({
                 <Table.Thead>
                   <Table.Tr>
                     <Table.Th scope="col">{dimLabel[dim]}</Table.Th>
-                    <Table.Th scope="col" ta="right">
-                      Requests
-                    </Table.Th>
-                    <Table.Th scope="col" ta="right">
-                      Denied
-                    </Table.Th>
-                    <Table.Th scope="col" ta="right">
-                      Tokens
-                    </Table.Th>
-                    <Table.Th scope="col" ta="right">
-                      Cost
-                    </Table.Th>
-                    <Table.Th scope="col" ta="right">
-                      Share of cost
-                    </Table.Th>
+                    {["Requests", "Denied", "Tokens", "Cost", "Share of cost"].map((h) => (
+                      <Table.Th scope="col" ta="right" key={h}>
+                        {h}
+                      </Table.Th>
+                    ))}
                   </Table.Tr>
                 </Table.Thead>
                 <Table.Tbody>
@@ -455,13 +445,7 @@ function RecordsCard({ range, filters, appName }: { range: Range; filters: Filte
                   </Table.Tbody>
                 </Table>
               </Table.ScrollContainer>
-              {q.hasNextPage && (
-                <Group>
-                  <Button variant="default" loading={q.isFetchingNextPage} onClick={() => void q.fetchNextPage()}>
-                    Load more
-                  </Button>
-                </Group>
-              )}
+              <LoadMore query={q} label="Load more" />
               {q.isFetchNextPageError && <ErrorState error={q.error} retry={() => void q.fetchNextPage()} title="Could not load more" />}
             </Stack>
           );

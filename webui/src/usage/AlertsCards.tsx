@@ -6,7 +6,7 @@ import { notifications } from "@mantine/notifications";
 import { useState, type FormEvent } from "react";
 import { ApiError } from "../api/client";
 import { amount, useAlerts, useSaveWebhook, useWebhook, type AlertDelivery, type Webhook } from "../api/budgets";
-import { Empty, ErrorState, QueryView, errorText } from "../components/states";
+import { Empty, ErrorState, LoadMore, QueryView, errorText } from "../components/states";
 import { when } from "../lib/format";
 
 const deliveryColor: Record<AlertDelivery["state"], string> = { delivered: "teal", pending: "blue", failed: "red", none: "gray" };
@@ -105,13 +105,7 @@ export function AlertsCard({ filters, appName }: { filters: { application?: stri
                       </Table.Tbody>
                     </Table>
                   </Table.ScrollContainer>
-                  {q.hasNextPage && (
-                    <Group>
-                      <Button variant="default" loading={q.isFetchingNextPage} onClick={() => void q.fetchNextPage()}>
-                        Load older alerts
-                      </Button>
-                    </Group>
-                  )}
+                  <LoadMore query={q} label="Load older alerts" />
                 </Stack>
               );
             }}
