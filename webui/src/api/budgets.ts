@@ -14,6 +14,10 @@ export interface Budget {
   route: string;
   /** The chain entry's name. */
   policy: string;
+  /** The chain entry's position in the route's chain. */
+  entry?: number;
+  /** The policy's own name of the counter (total, requests, cost, ...). */
+  counter?: string;
   /** The Rate Limit row it comes from (consumer.global.token, ...), if any. */
   origin: string;
   scope: "consumer" | "backend";
@@ -29,6 +33,8 @@ export interface Budget {
   remaining: string;
   usedPercent: number;
   resetsAt: string;
+  /** The row's alert thresholds, percents. */
+  alertAt?: number[];
 }
 
 export interface Budgets {
@@ -64,6 +70,7 @@ export interface BudgetAlert {
   unit: string;
   limit: string;
   used: string;
+  usedPercent?: number;
   windowResetsAt: string;
   delivery: AlertDelivery;
 }
@@ -92,7 +99,7 @@ type ErrorAnswer = { default: Json<Schemas["Error"]> };
 export interface BudgetPaths {
   "/applications/{applicationId}/budgets": {
     get: {
-      parameters: { path: { applicationId: string } };
+      parameters: { path: { applicationId: string }; query?: { provider?: string } };
       responses: { 200: Json<Budgets> } & ErrorAnswer;
     };
   };

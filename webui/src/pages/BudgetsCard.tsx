@@ -71,9 +71,16 @@ export function BudgetsCard({ applicationId }: { applicationId: string }) {
                       {d.budgets.map((b) => {
                         const pct = Math.max(0, b.usedPercent);
                         return (
-                          <Table.Tr key={[b.provider, b.policy, b.origin, b.resource, b.dimension].join("|")}>
+                          <Table.Tr key={[b.provider, b.entry, b.policy, b.origin, b.counter, b.resource, b.dimension].join("|")}>
                             <Table.Td>{b.provider}</Table.Td>
-                            <Table.Td>{limitName(b)}</Table.Td>
+                            <Table.Td>
+                              {limitName(b)}
+                              {b.alertAt?.length ? (
+                                <Text size="xs" c="dimmed">
+                                  alerts at {b.alertAt.join(", ")} %
+                                </Text>
+                              ) : null}
+                            </Table.Td>
                             <Table.Td>{b.period}</Table.Td>
                             <Table.Td>
                               <Group gap="xs" wrap="nowrap">
