@@ -9,13 +9,14 @@ import { notifications } from "@mantine/notifications";
 import { IconChevronDown, IconDownload, IconRefresh } from "@tabler/icons-react";
 import { keepPreviousData, useInfiniteQuery, useQuery } from "@tanstack/react-query";
 import { useMemo, useState } from "react";
-import { data, toApiError } from "../api/client";
+import { toApiError } from "../api/client";
 import { useApplications, useProviders } from "../api/queries";
 import { useClient, useSession } from "../auth";
 import { PageHeader } from "../components/Layout";
 import { Empty, ErrorState, LoadMore, Loading, QueryView, errorText } from "../components/states";
 import { when } from "../lib/format";
 import { AlertsCard, WebhookCard } from "../usage/AlertsCards";
+import { defaultPeriod, defaultSplit, recordsOptions, usageOptions } from "../usage/queries";
 import { UsageChart } from "../usage/UsageChart";
 import {
   count,
@@ -37,24 +38,16 @@ import {
   type Split,
   type TopDimension,
   type UsageRecord,
-  type UsageRecordPage,
   type UsageReport,
 } from "../usage/model";
 
-const usageKey = (q: object) => ["usage", q] as const;
 const tokenSeries = tokenKinds.map((k) => k.label);
 
 function useUsage(range: Range | null, filters: Filters, groupBy?: TopDimension, denied = false) {
   const client = useClient();
-  const query = range ? usageQuery(range, filters, groupBy, denied) : null;
-  return useQuery({
-    queryKey: usageKey(query ?? {}),
-    enabled: query !== null,
-    // JSON: the path also answers text/csv, which the CSV export asks for.
-    queryFn: () => data(client.GET("/usage", { params: { query: query! } })) as Promise<UsageReport>,
-    placeholderData: keepPreviousData,
-    staleTime: 30_000,
-  });
+  // A custom range not set yet: a query that never runs.
+  const opts = usageOptions(client, range ?? rangeFor(defaultPeriod, new Date(0))!, filters, groupBy, denied);
+  return useQuery({ ...opts, enabled: range !== null, placeholderData: keepPreviousData });
 }
 
 /** Fetches path with the admin token as CSV and saves it as name. */
@@ -99,14 +92,14 @@ export function UsagePage() {
   const { token } = useSession();
   const apps = useApplications();
   const providers = useProviders();
-  const [period, setPeriod] = useState<Period>("24h");
+  const [period, setPeriod] = useState<Period>(defaultPeriod);
   const [customFrom, setCustomFrom] = useState("");
   const [customTo, setCustomTo] = useState("");
   const [now, setNow] = useState(() => minuteNow());
   const [application, setApplication] = useState<string | null>(null);
   const [provider, setProvider] = useState<string | null>(null);
   const [model, setModel] = useState("");
-  const [split, setSplit] = useState<Split>("application");
+  const [split, setSplit] = useState<Split>(defaultSplit);
   const [topDim, setTopDim] = useState<TopDimension>("application");
   const [exporting, setExporting] = useState(false);
 
@@ -377,15 +370,7 @@ function TopConsumers({
 
 function RecordsCard({ range, filters, appName }: { range: Range; filters: Filters; appName: (id: string) => string }) {
   const client = useClient();
-  const query = recordsQuery(range, filters, 50);
-  const q = useInfiniteQuery({
-    queryKey: ["usage-records", query],
-    initialPageParam: undefined as string | undefined,
-    queryFn: ({ pageParam }) =>
-      data(client.GET("/usage/records", { params: { query: { ...query, cursor: pageParam } } })) as Promise<UsageRecordPage>,
-    getNextPageParam: (last) => last.next || undefined,
-    staleTime: 30_000,
-  });
+  const q = useInfiniteQuery(recordsOptions(client, range, filters));
   return (
     <Card withBorder component="section" aria-labelledby="records-heading">
       <Title order={2} size="h4" id="records-heading" mb="sm">
