@@ -35,7 +35,7 @@ export const UsageChart = memo(function UsageChart({ title, data, series, bucket
   const total = useMemo(() => data.reduce((t, p) => t + series.reduce((s, name) => s + ((p[name] as number) ?? 0), 0), 0), [data, series]);
   const chartSeries = useMemo(() => series.map((name, i) => ({ name, color: colors[i % colors.length] })), [series]);
   const summary = `${title}: ${format(total)} in ${data.length} ${bucket === "hour" ? "hours" : "days"}${
-    series.length > 1 ? `, split by ${series.join(", ")}` : ""
+    series.length > 0 ? `, split by ${series.join(", ")}` : ""
   }.`;
   return (
     <Card withBorder component="section" aria-labelledby={id + "-title"} data-testid={"chart-" + title}>
