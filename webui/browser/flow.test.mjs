@@ -1,13 +1,15 @@
 // The issue's "Must show" flow through the console, against a real
 // `sluice serve` and `sluice mock-llm`: sign in; create a provider pointing
 // at the mock; set a Per Consumer token limit; create an application and a
-// key; send requests through the gateway with that key until the 429; add
+// key; send requests through the gateway with that key until the 429; see
+// them and the denial on the Usage page and export them as CSV; add
 // guardrails through the schema form (one the server refuses, with the error
 // at its field) and as YAML, reorder and delete; a stale save (412); revoke
 // the key and see the next request refused. Every page is checked with
 // axe-core (no serious or critical violations), must not be wider than a
 // 390 px window, and is saved at 1280 and 390 px.
 import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { api, axeViolations, chat, eventually, launchBrowser, newPage, shoot, startStack } from "./harness.mjs";
 
@@ -49,7 +51,7 @@ describe("console flow", { timeout: 240_000 }, () => {
     await field.focus();
     await page.keyboard.type(stack.token);
     await page.keyboard.press("Enter");
-    await page.getByRole("heading", { name: "Providers" }).waitFor();
+    await page.getByRole("heading", { name: "Providers", level: 1 }).waitFor();
     await page.getByText("No providers yet").waitFor();
     // The first Tab stop is the skip link.
     await page.keyboard.press("Tab");
@@ -185,6 +187,59 @@ describe("console flow", { timeout: 240_000 }, () => {
     assert.equal(denied.status, 429, JSON.stringify(denied.body));
     assert.ok(served * perRequest <= 200 + 16, `served ${served} x ${perRequest} tokens against a 200-token limit`);
     state.served = served;
+  });
+
+  it("shows the usage and the denial on the Usage page, and exports the records as CSV", async () => {
+    // The in-process gateway ships its records to the platform within seconds.
+    const shipped = await eventually(async () => {
+      const r = await A("GET", `/usage/records?application=${state.appId}&limit=1000`);
+      const recs = r.body?.records ?? [];
+      return recs.some((x) => x.resolution === "denied") && recs.filter((x) => x.resolution === "settled").length >= state.served ? recs : null;
+    }, 30000, 250);
+    assert.ok(shipped, "the gateway's records reached the platform");
+    const deniedRecord = shipped.find((x) => x.resolution === "denied");
+
+    await nav("Usage").click();
+    await page.getByRole("heading", { name: "Usage", level: 1 }).waitFor();
+    const requests = page.getByTestId("chart-Requests");
+    await requests.getByRole("img", { name: new RegExp(`^Requests: ${state.served + 1} in \\d+ hours`) }).waitFor();
+    const denials = page.getByTestId("chart-Denials");
+    await denials.getByRole("img", { name: /^Denials: 1 in \d+ hours/ }).waitFor();
+    // The chart's table alternative, from the keyboard.
+    await denials.getByRole("radio", { name: "Table" }).focus();
+    await page.keyboard.press("Space");
+    await denials.getByRole("table", { name: "Denials" }).getByRole("columnheader", { name: "Team A" }).waitFor();
+
+    const top = page.getByRole("table", { name: "Top consumers by application" });
+    const row = top.getByRole("row", { name: /Team A/ });
+    await row.waitFor();
+    const cells = await row.getByRole("cell").allTextContents();
+    assert.equal(cells[1], String(state.served + 1), "requests of Team A");
+    assert.equal(cells[2], "1", "denials of Team A");
+
+    const recent = page.getByRole("table", { name: "Recent requests, newest first" });
+    const deniedRow = recent.getByRole("row").filter({ has: page.getByText("denied", { exact: true }) });
+    await deniedRow.first().waitFor();
+    assert.match(await deniedRow.first().textContent(), new RegExp(deniedRecord.deniedBy));
+    assert.match(await deniedRow.first().textContent(), /429/);
+    await checkPage("usage");
+
+    // Filter by model: nothing matches a model that was never asked for.
+    await page.getByRole("combobox", { name: "Model" }).fill("no-such-model");
+    await page.getByText("No requests in this period").first().waitFor();
+    await page.getByRole("combobox", { name: "Model" }).fill("");
+    await requests.getByRole("img").waitFor();
+
+    const download = page.waitForEvent("download");
+    await page.getByRole("button", { name: "Export CSV" }).click();
+    await page.getByRole("menuitem", { name: "Every record in the period" }).click();
+    const file = await download;
+    assert.match(file.suggestedFilename(), /^usage-records-\d{8}-\d{4}-\d{8}-\d{4}\.csv$/);
+    const csv = await readFile(await file.path(), "utf8");
+    const lines = csv.trim().split("\n");
+    assert.match(lines[0], /resolution/);
+    assert.equal(lines.length - 1, shipped.length, "one line per record");
+    assert.ok(lines.some((l) => l.includes(state.appId) && l.includes("denied")));
   });
 
   it("adds a guardrail through the schema form, with the server's refusal at its field", async () => {

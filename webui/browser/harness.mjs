@@ -109,6 +109,20 @@ export async function startStack() {
   };
 }
 
+/** `sluice platform` alone on a free loopback port, over an existing data
+ * directory (such as one `bench/usagebench generate` wrote), raw usage kept
+ * forever. */
+export async function startPlatform(dataDir, token) {
+  const port = await freePort();
+  const p = await start(
+    ["platform", "--admin-listen", `127.0.0.1:${port}`, "--data", dataDir, "--usage-retention", "0"],
+    { SLUICE_ADMIN_TOKEN: token },
+    /sluice console: (http:\/\/\S+)\//,
+    120000,
+  );
+  return { token, consoleURL: p.match[1], pid: p.proc.pid, stop: () => stop(p.proc) };
+}
+
 /** Debian's chromium, headless, with a fresh profile (playwright makes a
  * temporary user-data-dir per launch) and none of its background traffic. */
 export async function launchBrowser() {

@@ -4,7 +4,7 @@ import { QueryClient, QueryClientProvider } from "@tanstack/react-query";
 import { RouterProvider } from "@tanstack/react-router";
 import { useState } from "react";
 import { ApiError } from "./api/client";
-import { SessionProvider } from "./auth";
+import { SessionProvider, useSession } from "./auth";
 import { router } from "./router";
 import { cssVariablesResolver, theme } from "./theme";
 
@@ -22,6 +22,11 @@ function makeQueryClient() {
 }
 
 
+function Routes({ queryClient }: { queryClient: QueryClient }) {
+  const { client, token } = useSession();
+  return <RouterProvider router={router} context={{ queryClient, client, signedIn: token !== null }} />;
+}
+
 export function App() {
   const [queryClient] = useState(makeQueryClient);
   return (
@@ -29,7 +34,7 @@ export function App() {
       <Notifications position="top-right" autoClose={5000} limit={3} />
       <QueryClientProvider client={queryClient}>
         <SessionProvider onSignOut={() => queryClient.clear()}>
-          <RouterProvider router={router} />
+          <Routes queryClient={queryClient} />
         </SessionProvider>
       </QueryClientProvider>
     </MantineProvider>

@@ -1,8 +1,18 @@
 // The console's pages. Every route needs a session: without one the sign-in
 // form shows at the requested address and the page follows once signed in.
-import { createRootRoute, createRoute, createRouter, lazyRouteComponent, redirect } from "@tanstack/react-router";
+import type { QueryClient } from "@tanstack/react-query";
+import { createRootRouteWithContext, createRoute, createRouter, lazyRouteComponent, redirect } from "@tanstack/react-router";
+import type { Client } from "./api/client";
 import { Layout, NotFound } from "./components/Layout";
 import { Loading } from "./components/states";
+import { prefetchUsage } from "./usage/queries";
+
+/** What the routes' loaders get (App passes the session's). */
+export interface RouterContext {
+  queryClient: QueryClient;
+  client: Client;
+  signedIn: boolean;
+}
 
 // Pages are loaded on first visit, so that the first page (sign-in, or the
 // one asked for) loads only what it needs.
@@ -16,9 +26,10 @@ const ProviderGatewaysTab = lazyRouteComponent(() => import("./pages/GatewaysPag
 const GatewaysPage = lazyRouteComponent(() => import("./pages/GatewaysPage"), "GatewaysPage");
 const ApplicationsPage = lazyRouteComponent(() => import("./pages/ApplicationsPage"), "ApplicationsPage");
 const ApplicationPage = lazyRouteComponent(() => import("./pages/ApplicationPage"), "ApplicationPage");
+const UsagePage = lazyRouteComponent(() => import("./pages/UsagePage"), "UsagePage");
 const AuditPage = lazyRouteComponent(() => import("./pages/AuditPage"), "AuditPage");
 
-const rootRoute = createRootRoute({ component: Layout, notFoundComponent: NotFound });
+const rootRoute = createRootRouteWithContext<RouterContext>()({ component: Layout, notFoundComponent: NotFound });
 
 const indexRoute = createRoute({
   getParentRoute: () => rootRoute,
@@ -44,6 +55,16 @@ const providerSettingsRoute = createRoute({ getParentRoute: () => providerRoute,
 const applicationsRoute = createRoute({ getParentRoute: () => rootRoute, path: "applications", component: ApplicationsPage });
 const applicationRoute = createRoute({ getParentRoute: () => rootRoute, path: "applications/$applicationId", component: ApplicationPage });
 const gatewaysRoute = createRoute({ getParentRoute: () => rootRoute, path: "gateways", component: GatewaysPage });
+// The default view's queries start with the navigation, while the page's
+// code (the charts) loads; the loader does not wait for them.
+const usageRoute = createRoute({
+  getParentRoute: () => rootRoute,
+  path: "usage",
+  component: UsagePage,
+  loader: ({ context }) => {
+    if (context.signedIn) prefetchUsage(context.queryClient, context.client);
+  },
+});
 const auditRoute = createRoute({ getParentRoute: () => rootRoute, path: "audit", component: AuditPage });
 
 const routeTree = rootRoute.addChildren([
@@ -53,11 +74,14 @@ const routeTree = rootRoute.addChildren([
   applicationsRoute,
   applicationRoute,
   gatewaysRoute,
+  usageRoute,
   auditRoute,
 ]);
 
 export const router = createRouter({
   routeTree,
+  // Replaced by App's RouterProvider context before the first load.
+  context: undefined as unknown as RouterContext,
   defaultPreload: "intent",
   scrollRestoration: true,
   defaultPendingComponent: () => <Loading />,

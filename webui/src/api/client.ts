@@ -39,8 +39,9 @@ export class ApiError extends Error {
   }
 }
 
-/** A network failure or an answer that is not the API's JSON. */
-function toApiError(response: Response | undefined, body: unknown): ApiError {
+/** The ApiError of an error answer (or of a network failure when response
+ * is undefined); an answer that is not the API's JSON gets a generic one. */
+export function toApiError(response: Response | undefined, body: unknown): ApiError {
   const e = (body as { error?: { code?: string; message?: string; details?: Problem[] } } | undefined)?.error;
   if (response && e?.code) {
     return new ApiError(response.status, e.code, e.message ?? e.code, e.details ?? []);

@@ -1,6 +1,6 @@
 import { AppShell, Burger, Button, Group, NavLink, Stack, Text, Title } from "@mantine/core";
 import { useDisclosure } from "@mantine/hooks";
-import { IconApps, IconListDetails, IconLogout, IconPlugConnected, IconServer2 } from "@tabler/icons-react";
+import { IconApps, IconChartBar, IconListDetails, IconLogout, IconPlugConnected, IconServer2 } from "@tabler/icons-react";
 import { Link, Outlet, useRouterState } from "@tanstack/react-router";
 import { useEffect } from "react";
 import { useSession } from "../auth";
@@ -11,6 +11,7 @@ const nav = [
   { to: "/providers", label: "Providers", icon: IconPlugConnected },
   { to: "/applications", label: "Applications", icon: IconApps },
   { to: "/gateways", label: "Gateways", icon: IconServer2 },
+  { to: "/usage", label: "Usage", icon: IconChartBar },
   { to: "/audit", label: "Audit log", icon: IconListDetails },
 ] as const;
 

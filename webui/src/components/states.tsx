@@ -70,3 +70,15 @@ export function QueryView<T>({
   if (query.isError || query.data === undefined) return <ErrorState error={query.error} retry={() => query.refetch()} />;
   return <>{children(query.data)}</>;
 }
+
+/** The button that loads a paged list's next page, while there is one. */
+export function LoadMore({ query, label }: { query: { hasNextPage: boolean; isFetchingNextPage: boolean; fetchNextPage: () => unknown }; label: string }) {
+  if (!query.hasNextPage) return null;
+  return (
+    <Group>
+      <Button variant="default" loading={query.isFetchingNextPage} onClick={() => void query.fetchNextPage()}>
+        {label}
+      </Button>
+    </Group>
+  );
+}

@@ -14,6 +14,7 @@ import { Empty, ErrorState, QueryView, errorText } from "../components/states";
 import { ago, when } from "../lib/format";
 import { ProviderChoice } from "./ApplicationsPage";
 import { AnchorLink } from "../components/links";
+import { BudgetsCard } from "./BudgetsCard";
 
 const route = getRouteApi("/applications/$applicationId");
 
@@ -114,17 +115,7 @@ function ApplicationView({ app }: { app: Application }) {
           </Stack>
         </form>
       </Card>
-      <Card withBorder component="section" aria-labelledby="budgets-heading">
-        <Stack gap="xs">
-          <Title order={2} size="h4" id="budgets-heading">
-            Remaining budgets
-          </Title>
-          <Text size="sm" c="dimmed">
-            The platform API does not report budgets yet (it comes with the usage meter). A key reads its own remaining budget from a gateway:{" "}
-            <Code>GET /&lt;provider&gt;/v1/quota</Code> with <Code>Authorization: Bearer &lt;key&gt;</Code>.
-          </Text>
-        </Stack>
-      </Card>
+      <BudgetsCard applicationId={app.id} />
       <Card withBorder component="section" aria-labelledby="danger-heading">
         <Stack gap="xs" align="flex-start">
           <Title order={2} size="h4" id="danger-heading">

@@ -23,7 +23,7 @@ import {
   Title,
 } from "@mantine/core";
 import { useDisclosure } from "@mantine/hooks";
-import { IconPlus, IconTrash } from "@tabler/icons-react";
+import { IconBell, IconPlus, IconTrash } from "@tabler/icons-react";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { useMemo, useRef, useState } from "react";
 import { ApiError, call, type RateLimits } from "../api/client";
@@ -595,6 +595,27 @@ function LimitRow({
             error={shown(`${path}.reset.unit`)}
           />
         </Group>
+        <TextInput
+          w={150}
+          aria-label={`${label}: ${kindLabel[kind]} alert at, percents`}
+          placeholder="80, 100"
+          title="Alert at these percents of the limit"
+          leftSection={<IconBell size={14} aria-hidden />}
+          rightSection={
+            <Text size="xs" c="dimmed" pr={6}>
+              %
+            </Text>
+          }
+          rightSectionPointerEvents="none"
+          value={row.alertAt}
+          disabled={!row.enabled}
+          onChange={(e) => {
+            const v = e.currentTarget.value;
+            set((r) => void (r.alertAt = v));
+          }}
+          error={shown(`${path}.alertAt`)}
+          styles={{ error: { width: 220 } }}
+        />
         {row.enabled && period && (
           <Text size="xs" c="dimmed" mt={10} visibleFrom="md">
             {period}

@@ -34,11 +34,11 @@ describe("rate limit form", () => {
   it("keeps only the active mode of a scope", () => {
     const f = toForm(full);
     f.consumer.mode = "global";
-    f.consumer.global.token = { enabled: true, value: "500", duration: "1", unit: "day" };
+    f.consumer.global.token = { enabled: true, value: "500", duration: "1", unit: "day", alertAt: "" };
     expect(fromForm(f).value.consumer).toEqual({ global: { token: { enabled: true, count: 500, reset: { duration: 1, unit: "day" } } } });
   });
 
-  const bad: [string, Partial<{ value: string; duration: string; unit: "month" | "hour" }>, "token" | "cost", string, RegExp][] = [
+  const bad: [string, Partial<{ value: string; duration: string; unit: "month" | "hour"; alertAt: string }>, "token" | "cost", string, RegExp][] = [
     ["empty count", { value: "" }, "token", "$.consumer.global.token.count", /number of tokens/],
     ["zero count", { value: "0" }, "token", "$.consumer.global.token.count", /at least 1/],
     ["negative count", { value: "-5" }, "token", "$.consumer.global.token.count", /whole number/],
@@ -48,11 +48,16 @@ describe("rate limit form", () => {
     ["text amount", { value: "five" }, "cost", "$.consumer.global.cost.amount", /amount such as/],
     ["zero duration", { duration: "0" }, "token", "$.consumer.global.token.reset.duration", /at least 1/],
     ["two months", { duration: "2", unit: "month" }, "token", "$.consumer.global.token.reset.duration", /calendar month/],
+    ["an alert percent over 100", { alertAt: "50, 120" }, "token", "$.consumer.global.token.alertAt", /from 1 to 100/],
+    ["alert percents out of order", { alertAt: "80, 50" }, "cost", "$.consumer.global.cost.alertAt", /ascending/],
+    ["an alert percent twice", { alertAt: "80, 80" }, "token", "$.consumer.global.token.alertAt", /ascending/],
+    ["a fractional alert percent", { alertAt: "50.5" }, "token", "$.consumer.global.token.alertAt", /whole percents/],
+    ["eleven alert percents", { alertAt: "1,2,3,4,5,6,7,8,9,10,11" }, "token", "$.consumer.global.token.alertAt", /At most 10/],
   ];
   for (const [name, row, kind, path, msg] of bad) {
     it(`refuses an enabled row with ${name} at ${path}`, () => {
       const f = form();
-      f.consumer.global[kind] = { enabled: true, value: "100", duration: "1", unit: "hour", ...row };
+      f.consumer.global[kind] = { enabled: true, value: "100", duration: "1", unit: "hour", alertAt: "", ...row };
       const { value, errors } = fromForm(f);
       expect(Object.keys(errors)).toEqual([path]);
       expect(errors[path]).toMatch(msg);
@@ -60,26 +65,49 @@ describe("rate limit form", () => {
     });
     it(`drops a disabled row with ${name} without an error`, () => {
       const f = form();
-      f.consumer.global[kind] = { enabled: false, value: "100", duration: "1", unit: "hour", ...row };
+      f.consumer.global[kind] = { enabled: false, value: "100", duration: "1", unit: "hour", alertAt: "", ...row };
       expect(fromForm(f)).toEqual({ value: {}, errors: {} });
     });
   }
 
   it("accepts a dollar sign and a fractional amount", () => {
     const f = form();
-    f.backend.global.cost = { enabled: true, value: "$0.25", duration: "1", unit: "day" };
+    f.backend.global.cost = { enabled: true, value: "$0.25", duration: "1", unit: "day", alertAt: "" };
     expect(fromForm(f).value).toEqual({ backend: { global: { cost: { enabled: true, amount: 0.25, reset: { duration: 1, unit: "day" } } } } });
   });
 
   it("refuses a resource listed twice, at the second row", () => {
     const f = form();
     f.backend.mode = "perResource";
-    const row = { enabled: true, value: "5", duration: "1", unit: "minute" as const };
+    const row = { enabled: true, value: "5", duration: "1", unit: "minute" as const, alertAt: "" };
     f.backend.resources = [
       { resource: "/chat/completions", limits: { ...toForm({}).backend.global, request: row } },
       { resource: "/chat/completions", limits: { ...toForm({}).backend.global, request: row } },
     ];
     expect(fromForm(f).errors).toEqual({ "$.backend.perResource.resources[1].resource": "/chat/completions is already listed above." });
+  });
+
+  it("sends alert percents as alertAt, reads them back, and leaves an empty field out", () => {
+    const f = form();
+    f.consumer.global.token = { enabled: true, value: "1000", duration: "1", unit: "hour", alertAt: " 50,80 , 100% " };
+    f.consumer.global.request = { enabled: true, value: "10", duration: "1", unit: "minute", alertAt: "" };
+    const { value, errors } = fromForm(f);
+    expect(errors).toEqual({});
+    expect(value).toEqual({
+      consumer: {
+        global: {
+          request: { enabled: true, count: 10, reset: { duration: 1, unit: "minute" } },
+          token: { enabled: true, count: 1000, reset: { duration: 1, unit: "hour" }, alertAt: [50, 80, 100] },
+        },
+      },
+    });
+    expect(toForm(value).consumer.global.token.alertAt).toBe("50, 80, 100");
+    expect(describeLimits(value)).toContain("Per consumer, provider-wide: 1,000 tokens per hour, alerts at 50, 80, 100 %");
+  });
+
+  it("shows the server's alertAt problem at the row's Alert at field", () => {
+    const { fields } = serverErrors([{ path: "$.backend.global.cost.alertAt[1]", message: "must be above 80" }]);
+    expect(fields).toEqual({ "$.backend.global.cost.alertAt": "must be above 80" });
   });
 
   it("maps server problems to fields, and keeps the rest apart", () => {

@@ -21,6 +21,8 @@ export interface RowForm {
   value: string;
   duration: string;
   unit: Unit;
+  /** The percents of the limit that raise a budget alert, as typed ("50, 80, 100"). */
+  alertAt: string;
 }
 export type LimitsForm = Record<Kind, RowForm>;
 export interface ResourceForm {
@@ -43,7 +45,7 @@ const maxAmount = 1e12;
 const maxDuration = 100000;
 
 export function emptyRow(kind: Kind): RowForm {
-  return { enabled: false, value: "", duration: "1", unit: kind === "cost" ? "month" : "hour" };
+  return { enabled: false, value: "", duration: "1", unit: kind === "cost" ? "month" : "hour", alertAt: "" };
 }
 
 export function emptyLimits(): LimitsForm {
@@ -61,7 +63,7 @@ function limitsToForm(l: Limits | undefined): LimitsForm {
     const row = l[k];
     if (!row) continue;
     const value = "count" in row ? String(row.count) : String((row as { amount: number }).amount);
-    f[k] = { enabled: row.enabled, value, duration: String(row.reset.duration), unit: row.reset.unit };
+    f[k] = { enabled: row.enabled, value, duration: String(row.reset.duration), unit: row.reset.unit, alertAt: alertAtText((row as Row).alertAt) };
   }
   return f;
 }
@@ -96,7 +98,9 @@ function parseAmount(s: string): number | null {
   return Number.isFinite(n) ? n : null;
 }
 
-type Row = NonNullable<Limits["request"]> | NonNullable<Limits["cost"]>;
+/** A row with its alert thresholds (CountLimit and CostLimit's alertAt in
+ * the budgets API, docs/platform.md; not in the generated types yet). */
+type Row = (NonNullable<Limits["request"]> | NonNullable<Limits["cost"]>) & { alertAt?: number[] };
 
 /** One row to the API, or undefined when it is off and holds nothing that
  * can be kept. An enabled row must be valid; a disabled one is kept (it
@@ -124,15 +128,18 @@ function rowFromForm(kind: Kind, row: RowForm, path: string, errors: FieldErrors
   else if (row.unit === "month" && duration !== 1)
     local[path + ".reset.duration"] = "A month limit resets every calendar month: the number must be 1 (use days or weeks for other spans).";
   if (!units.includes(row.unit)) local[path + ".reset.unit"] = "Choose a unit.";
+  const alertAt = parseAlertAt(row.alertAt ?? "");
+  if (alertAt.error) local[path + ".alertAt"] = alertAt.error;
 
   if (Object.keys(local).length > 0) {
     if (row.enabled) Object.assign(errors, local);
     return undefined;
   }
   const reset = { duration: duration as number, unit: row.unit };
-  return kind === "cost"
-    ? { enabled: row.enabled, amount: value as number, reset }
-    : { enabled: row.enabled, count: value as number, reset };
+  const out: Row =
+    kind === "cost" ? { enabled: row.enabled, amount: value as number, reset } : { enabled: row.enabled, count: value as number, reset };
+  if (alertAt.value?.length) out.alertAt = alertAt.value;
+  return out;
 }
 
 function limitsFromForm(f: LimitsForm, path: string, errors: FieldErrors): Limits | undefined {
@@ -195,10 +202,12 @@ export function resourcesLeft(f: ScopeForm): Resource[] {
 export function serverErrors(details: { path: string; message: string }[]): { fields: FieldErrors; other: string[] } {
   const fields: FieldErrors = {};
   const other: string[] = [];
-  const fieldPath = /^\$\.(backend|consumer)\.(global|perResource\.default|perResource\.resources\[\d+\]\.limit)\.(request|token|cost)\.(count|amount|reset\.duration|reset\.unit)$/;
+  const fieldPath = /^\$\.(backend|consumer)\.(global|perResource\.default|perResource\.resources\[\d+\]\.limit)\.(request|token|cost)\.(count|amount|reset\.duration|reset\.unit|alertAt)$/;
   const resourcePath = /^\$\.(backend|consumer)\.perResource\.resources\[\d+\]\.resource$/;
   for (const d of details) {
-    if (fieldPath.test(d.path) || resourcePath.test(d.path)) fields[d.path] = fields[d.path] ? fields[d.path] + " " + d.message : d.message;
+    // $.….alertAt[2] is shown at the row's one Alert at field.
+    const path = d.path.replace(/\.alertAt\[\d+\]$/, ".alertAt");
+    if (fieldPath.test(path) || resourcePath.test(path)) fields[path] = fields[path] ? fields[path] + " " + d.message : d.message;
     else other.push(d.path === "$" ? d.message : `${d.path}: ${d.message}`);
   }
   return { fields, other };
@@ -222,7 +231,8 @@ function limitsText(l: Limits | undefined): string[] {
     const r = l[k];
     if (!r) continue;
     const v = "count" in r ? `${r.count.toLocaleString("en-US")} ${kindNoun[k]}` : `$${(r as { amount: number }).amount}`;
-    out.push(`${v} ${periodText(String(r.reset.duration), r.reset.unit)}${r.enabled ? "" : " (off)"}`);
+    const alerts = (r as Row).alertAt?.length ? `, alerts at ${(r as Row).alertAt!.join(", ")} %` : "";
+    out.push(`${v} ${periodText(String(r.reset.duration), r.reset.unit)}${alerts}${r.enabled ? "" : " (off)"}`);
   }
   return out;
 }
@@ -243,4 +253,27 @@ export function describe(rl: RateLimits): string[] {
     }
   }
   return out.length ? out : ["No limits."];
+}
+
+/** Alert thresholds as typed ("50, 80, 100") to the API's alertAt, or the
+ * error that keeps them from being saved: whole percents 1..100, strictly
+ * ascending, at most 10. Empty is no alerts (undefined). */
+export function parseAlertAt(text: string): { value?: number[]; error?: string } {
+  const t = text.trim();
+  if (t === "") return {};
+  const parts = t.split(/[\s,;]+/).filter(Boolean).map((p) => p.replace(/%$/, ""));
+  const out: number[] = [];
+  for (const p of parts) {
+    if (!/^[0-9]+$/.test(p)) return { error: "Enter whole percents separated by commas, such as 50, 80, 100." };
+    const n = Number(p);
+    if (n < 1 || n > 100) return { error: "Each percent must be from 1 to 100." };
+    if (out.length && n <= out[out.length - 1]) return { error: "List the percents in ascending order, each once." };
+    out.push(n);
+  }
+  if (out.length > 10) return { error: "At most 10 thresholds." };
+  return { value: out };
+}
+
+export function alertAtText(v: number[] | undefined): string {
+  return v?.length ? v.join(", ") : "";
 }

@@ -1,0 +1,47 @@
+// The Usage page's API queries, apart from the page (no chart code), so that
+// the route's loader can start the first ones while the page's code loads.
+import type { QueryClient } from "@tanstack/react-query";
+import { data, type Client } from "../api/client";
+import { minuteNow, rangeFor, recordsQuery, usageQuery, type Filters, type Range, type TopDimension, type UsageRecordPage, type UsageReport } from "./model";
+
+export const usageStaleTime = 30_000;
+
+/** The query of GET /usage over range and filters, grouped by groupBy,
+ * only the denied requests when denied. */
+export function usageOptions(client: Client, range: Range, filters: Filters, groupBy?: TopDimension, denied = false) {
+  const query = usageQuery(range, filters, groupBy, denied);
+  return {
+    queryKey: ["usage", query] as const,
+    // JSON: the path also answers text/csv, which the CSV export asks for.
+    queryFn: () => data(client.GET("/usage", { params: { query } })) as Promise<UsageReport>,
+    staleTime: usageStaleTime,
+  };
+}
+
+export const recordsPageSize = 50;
+
+export function recordsOptions(client: Client, range: Range, filters: Filters) {
+  const query = recordsQuery(range, filters, recordsPageSize);
+  return {
+    queryKey: ["usage-records", query] as const,
+    initialPageParam: undefined as string | undefined,
+    queryFn: ({ pageParam }: { pageParam: string | undefined }) =>
+      data(client.GET("/usage/records", { params: { query: { ...query, cursor: pageParam } } })) as Promise<UsageRecordPage>,
+    getNextPageParam: (last: UsageRecordPage) => last.next || undefined,
+    staleTime: usageStaleTime,
+  };
+}
+
+/** The page's default view: the last 24 hours, split by application. */
+export const defaultPeriod = "24h" as const;
+export const defaultSplit = "application" as const;
+
+/** Starts the default view's queries (the charts' reports and the first
+ * records page), so that they run while the page's code loads. */
+export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteNow()) {
+  const range = rangeFor(defaultPeriod, now);
+  if (!range) return;
+  void qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit));
+  void qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit, true));
+  void qc.prefetchInfiniteQuery(recordsOptions(client, range, {}));
+}
