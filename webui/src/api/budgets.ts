@@ -1,126 +1,17 @@
-// Remaining budgets, budget alerts and the alert webhook: hand-written types
-// of the platform's budgets API (GET /applications/{id}/budgets, /alerts,
-// /alerts/webhook) while platform/api/openapi.yaml does not describe it yet.
-// They are written in openapi-typescript's shape (`BudgetPaths`), so that
-// once the document has these paths and `npm run generate` has run, this
-// module's types become `Schemas["..."]` and budgetClient the plain client.
+// Remaining budgets, budget alerts and the alert webhook (GET
+// /applications/{id}/budgets, /alerts, /alerts/webhook): queries over the
+// types generated from platform/api/openapi.yaml.
 import { useMutation, useQuery, useQueryClient, useInfiniteQuery } from "@tanstack/react-query";
-import type { Client as OpenAPIClient } from "openapi-fetch";
 import { useClient } from "../auth";
-import { call, data, type Client, type Schemas } from "./client";
+import { call, data, type Schemas } from "./client";
 
-export interface Budget {
-  provider: string;
-  route: string;
-  /** The chain entry's name. */
-  policy: string;
-  /** The chain entry's position in the route's chain. */
-  entry?: number;
-  /** The policy's own name of the counter (total, requests, cost, ...). */
-  counter?: string;
-  /** The Rate Limit row it comes from (consumer.global.token, ...), if any. */
-  origin: string;
-  scope: "consumer" | "backend";
-  /** "" for provider-wide, else the endpoint (/chat/completions). */
-  resource: string;
-  dimension: "requests" | "tokens" | "cost";
-  /** The reset period in words ("1 hour"). */
-  period: string;
-  unit: "requests" | "tokens" | "usd";
-  /** Decimal strings (USD as a decimal amount). */
-  limit: string;
-  /** May be negative (debt). */
-  remaining: string;
-  usedPercent: number;
-  resetsAt: string;
-  /** The row's alert thresholds, percents. */
-  alertAt?: number[];
-}
-
-export interface Budgets {
-  applicationId: string;
-  /** False when the platform cannot read the counters; reason says why. */
-  available: boolean;
-  reason: string;
-  budgets: Budget[];
-}
-
-export interface AlertDelivery {
-  state: "pending" | "delivered" | "failed" | "none";
-  attempts: number;
-  lastError: string;
-  deliveredAt?: string;
-}
-
-export interface BudgetAlert {
-  id: string;
-  at: string;
-  /** The percent of the limit that was reached. */
-  threshold: number;
-  trigger: "threshold" | "denied";
-  applicationId: string;
-  provider: string;
-  route: string;
-  policy: string;
-  origin: string;
-  scope: string;
-  resource: string;
-  dimension: string;
-  period: string;
-  unit: string;
-  limit: string;
-  used: string;
-  usedPercent?: number;
-  windowResetsAt: string;
-  delivery: AlertDelivery;
-}
-
-export interface AlertPage {
-  alerts: BudgetAlert[];
-  nextCursor: string;
-}
-
-export interface Webhook {
-  /** "" when none is set. */
-  url: string;
-  secretSet: boolean;
-}
-
-export interface WebhookInput {
-  url: string;
-  /** Write-only; left out to keep the current one. */
-  secret?: string;
-}
-
-type Json<T> = { content: { "application/json": T } };
-type ErrorAnswer = { default: Json<Schemas["Error"]> };
-
-/** The budgets API's paths as openapi-typescript would generate them. */
-export interface BudgetPaths {
-  "/applications/{applicationId}/budgets": {
-    get: {
-      parameters: { path: { applicationId: string }; query?: { provider?: string } };
-      responses: { 200: Json<Budgets> } & ErrorAnswer;
-    };
-  };
-  "/alerts": {
-    get: {
-      parameters: { query?: { application?: string; provider?: string; cursor?: string; limit?: number } };
-      responses: { 200: Json<AlertPage> } & ErrorAnswer;
-    };
-  };
-  "/alerts/webhook": {
-    get: { responses: { 200: Json<Webhook> } & ErrorAnswer };
-    put: { requestBody: Json<WebhookInput>; responses: { 200: Json<Webhook> } & ErrorAnswer };
-    delete: { responses: { 204: { content?: never } } & ErrorAnswer };
-  };
-}
-
-/** The session's client, typed for the budgets paths: the same instance
- * (token, 401 handling), only its types differ. */
-export function budgetClient(c: Client): OpenAPIClient<BudgetPaths> {
-  return c as unknown as OpenAPIClient<BudgetPaths>;
-}
+export type Budget = Schemas["Budget"];
+export type Budgets = Schemas["ApplicationBudgets"];
+export type AlertDelivery = Schemas["AlertDelivery"];
+export type BudgetAlert = Schemas["Alert"];
+export type AlertPage = Schemas["AlertPage"];
+export type Webhook = Schemas["AlertWebhook"];
+export type WebhookInput = Schemas["AlertWebhookInput"];
 
 export const budgetKeys = {
   budgets: (appId: string) => ["budgets", appId] as const,
@@ -129,7 +20,7 @@ export const budgetKeys = {
 };
 
 export function useBudgets(applicationId: string) {
-  const client = budgetClient(useClient());
+  const client = useClient();
   return useQuery({
     queryKey: budgetKeys.budgets(applicationId),
     queryFn: () => data(client.GET("/applications/{applicationId}/budgets", { params: { path: { applicationId } } })),
@@ -138,7 +29,7 @@ export function useBudgets(applicationId: string) {
 }
 
 export function useAlerts(f: { application?: string; provider?: string }, limit = 20) {
-  const client = budgetClient(useClient());
+  const client = useClient();
   return useInfiniteQuery({
     queryKey: budgetKeys.alerts(f),
     initialPageParam: undefined as string | undefined,
@@ -149,13 +40,13 @@ export function useAlerts(f: { application?: string; provider?: string }, limit 
 }
 
 export function useWebhook() {
-  const client = budgetClient(useClient());
+  const client = useClient();
   return useQuery({ queryKey: budgetKeys.webhook, queryFn: () => data(client.GET("/alerts/webhook")) });
 }
 
 /** Saves (input) or removes (null) the webhook; the cached setting follows. */
 export function useSaveWebhook() {
-  const client = budgetClient(useClient());
+  const client = useClient();
   const qc = useQueryClient();
   return useMutation({
     mutationFn: async (input: WebhookInput | null): Promise<Webhook> => {

@@ -63,7 +63,7 @@ function limitsToForm(l: Limits | undefined): LimitsForm {
     const row = l[k];
     if (!row) continue;
     const value = "count" in row ? String(row.count) : String((row as { amount: number }).amount);
-    f[k] = { enabled: row.enabled, value, duration: String(row.reset.duration), unit: row.reset.unit, alertAt: alertAtText((row as Row).alertAt) };
+    f[k] = { enabled: row.enabled, value, duration: String(row.reset.duration), unit: row.reset.unit, alertAt: alertAtText((row).alertAt) };
   }
   return f;
 }
@@ -231,7 +231,7 @@ function limitsText(l: Limits | undefined): string[] {
     const r = l[k];
     if (!r) continue;
     const v = "count" in r ? `${r.count.toLocaleString("en-US")} ${kindNoun[k]}` : `$${(r as { amount: number }).amount}`;
-    const alerts = (r as Row).alertAt?.length ? `, alerts at ${(r as Row).alertAt!.join(", ")} %` : "";
+    const alerts = (r).alertAt?.length ? `, alerts at ${(r).alertAt.join(", ")} %` : "";
     out.push(`${v} ${periodText(String(r.reset.duration), r.reset.unit)}${alerts}${r.enabled ? "" : " (off)"}`);
   }
   return out;
