@@ -35,8 +35,8 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
-// BenchmarkAppendParallel: Append from GOMAXPROCS goroutines at once (the
-// request path of a busy gateway).
+// BenchmarkAppendParallel: Append from 8*GOMAXPROCS goroutines at once (the
+// request path of a busy gateway: many requests in flight per core).
 func BenchmarkAppendParallel(b *testing.B) {
 	for _, mode := range benchModes[:2] {
 		b.Run("sync="+mode.String(), func(b *testing.B) {
@@ -46,6 +46,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 			}
 			defer s.Close()
 			b.ReportAllocs()
+			b.SetParallelism(8)
 			b.RunParallel(func(pb *testing.PB) {
 				r := record(1)
 				for pb.Next() {
