@@ -4,6 +4,7 @@
 package metertest
 
 import (
+	"sync"
 	"time"
 
 	"sluice/meter"
@@ -34,4 +35,26 @@ func Record(id string) *meter.Record {
 		TTFTMicros:       310_000,
 		Attempts:         1,
 	}
+}
+
+// AppendQueued makes a sink batch appends: with hold held (the lock the
+// sink writes under), it starts n+1 Appends at once (appendRec(0) ..
+// appendRec(n)). The first to arrive leads and waits for hold in its write;
+// the other n queue behind it. Once queued reports all n, it releases hold
+// and returns every Append's error after all returned. The sink then has
+// written the n+1 records with two writes: the leader's, and one for the n.
+func AppendQueued(hold sync.Locker, queued func() int, n int, appendRec func(i int) error) []error {
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	hold.Lock()
+	for i := range n + 1 {
+		wg.Go(func() { errs[i] = appendRec(i) })
+	}
+	// Polls the queue's state: slower only on a slower machine.
+	for queued() < n {
+		time.Sleep(time.Millisecond)
+	}
+	hold.Unlock()
+	wg.Wait()
+	return errs
 }
