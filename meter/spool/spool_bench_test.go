@@ -56,6 +56,8 @@ func BenchmarkAppendParallel(b *testing.B) {
 					}
 				}
 			})
+			st := s.Stats()
+			b.ReportMetric(float64(st.Writes)/float64(st.Appended), "writes/append")
 		})
 	}
 }
