@@ -99,14 +99,7 @@ func TestAppendsShareAWrite(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "usage.jsonl")
 				s := openT(t, path, Options{Sync: mode})
 				if fail {
-					// Writes to a read-only handle fail (EBADF).
-					ro, err := os.Open(path)
-					if err != nil {
-						t.Fatal(err)
-					}
-					orig := s.f
-					s.f = ro
-					t.Cleanup(func() { s.mu.Lock(); s.f = orig; s.mu.Unlock(); ro.Close() })
+					metertest.FailWrites(t, &s.mu, &s.f)
 				}
 				errs := metertest.AppendQueued(&s.mu, s.gc.Queued, queued, func(i int) error {
 					return s.Append(record(fmt.Sprintf("q%d", i)))

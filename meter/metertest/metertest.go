@@ -4,7 +4,9 @@
 package metertest
 
 import (
+	"os"
 	"sync"
+	"testing"
 	"time"
 
 	"sluice/meter"
@@ -57,4 +59,26 @@ func AppendQueued(hold sync.Locker, queued func() int, n int, appendRec func(i i
 	hold.Unlock()
 	wg.Wait()
 	return errs
+}
+
+// FailWrites makes a sink's writes fail: it replaces *f, the file the sink
+// writes to (guarded by mu), with a read-only handle on the same file, whose
+// writes fail (EBADF) and write nothing, and puts the file back when the
+// test ends.
+func FailWrites(t testing.TB, mu sync.Locker, f **os.File) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	orig := *f
+	ro, err := os.Open(orig.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	*f = ro
+	t.Cleanup(func() {
+		mu.Lock()
+		*f = orig
+		mu.Unlock()
+		ro.Close()
+	})
 }
