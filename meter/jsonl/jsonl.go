@@ -2,7 +2,8 @@
 // to a file: the meter of a gateway run from a file with no platform.
 //
 // Guarantees: a line for which Append returned nil survives kill -9 of the
-// process (it was handed to the kernel with one write(2)); Options.Sync
+// process (it was handed to the kernel by a write(2) before Append returned;
+// the lines of concurrent Appends share one write, see groupcommit); Options.Sync
 // decides what survives a power loss. Opening a file whose last line is torn
 // (no final newline: a crash during a write) cuts that partial line, counts
 // and logs it. Reopen closes and reopens the path, for log rotation (rename
@@ -22,6 +23,7 @@ import (
 
 	"sluice/meter"
 	"sluice/meter/internal/filesync"
+	"sluice/meter/internal/groupcommit"
 )
 
 // maxTornLine bounds the partial last line Open cuts: a file whose last
@@ -49,6 +51,9 @@ type Options struct {
 type Stats struct {
 	Appended     uint64
 	AppendErrors uint64
+	// Writes counts the write(2) calls that appended lines: concurrent
+	// Appends share one.
+	Writes uint64
 	// Repairs counts the torn last lines cut when the file was opened (at
 	// Open or Reopen); RepairedBytes their bytes.
 	Repairs       uint64
@@ -59,16 +64,19 @@ type Stats struct {
 
 // Sink appends records to a JSON lines file.
 //
-// Concurrency: every method is safe for concurrent use; each Append is one
-// write(2) of one whole line, under a mutex, so lines never interleave.
+// Concurrency: every method is safe for concurrent use. The lines of the
+// Appends that arrive while a write is under way are written together by the
+// next write(2), whole lines in the order they were encoded, so lines never
+// interleave.
 type Sink struct {
 	path string
 	opt  Options
 	log  *slog.Logger
+	gc   *groupcommit.Group
 
+	// mu guards the file and the state below; a batch is written under it.
 	mu     sync.Mutex
 	f      *os.File
-	buf    []byte
 	closed bool
 	stats  Stats
 
@@ -87,6 +95,7 @@ func Open(path string, opt Options) (*Sink, error) {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Sink{path: path, opt: opt, log: opt.Logger}
+	s.gc = groupcommit.New(s.flush)
 	f, err := s.openFile()
 	if err != nil {
 		return nil, err
@@ -156,24 +165,32 @@ func (s *Sink) repair(f *os.File) error {
 }
 
 // Append writes r as one line. It returns once the line is handed to the
-// kernel (and fsynced, with SyncAlways).
+// kernel (and fsynced, with SyncAlways); an error means the line is not in
+// the file.
 func (s *Sink) Append(r *meter.Record) error {
+	return s.gc.Append(func(dst []byte) ([]byte, error) {
+		return append(r.AppendJSON(dst), '\n'), nil
+	})
+}
+
+// flush writes a batch of lines (groupcommit.Flush): all or none.
+func (s *Sink) flush(buf []byte, ends []int) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return 0, ErrClosed
 	}
-	s.buf = append(r.AppendJSON(s.buf[:0]), '\n')
-	if err := s.writeLocked(); err != nil {
-		s.stats.AppendErrors++
-		return err
+	if err := s.writeLocked(buf); err != nil {
+		s.stats.AppendErrors += uint64(len(ends))
+		return 0, err
 	}
-	s.stats.Appended++
-	return nil
+	s.stats.Appended += uint64(len(ends))
+	return len(ends), nil
 }
 
-func (s *Sink) writeLocked() error {
-	n, err := s.f.Write(s.buf)
+func (s *Sink) writeLocked(buf []byte) error {
+	s.stats.Writes++
+	n, err := s.f.Write(buf)
 	if err != nil {
 		if n > 0 {
 			// Cut the partial line so the next one starts on its own line;

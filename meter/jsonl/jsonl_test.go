@@ -88,6 +88,47 @@ func TestAppendConcurrent(t *testing.T) {
 	}
 }
 
+// TestAppendsShareAWrite: the Appends queued behind a write under way are
+// written by one write(2); each returns after it, with its error when it
+// failed, and every Append that returned nil is in the file.
+func TestAppendsShareAWrite(t *testing.T) {
+	const queued = 16
+	for _, mode := range []meter.SyncMode{meter.SyncNone, meter.SyncInterval, meter.SyncAlways} {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fail=%v", mode, fail), func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "usage.jsonl")
+				s := openT(t, path, Options{Sync: mode})
+				if fail {
+					metertest.FailWrites(t, &s.mu, &s.f)
+				}
+				errs := metertest.AppendQueued(&s.mu, s.gc.Queued, queued, func(i int) error {
+					return s.Append(record(fmt.Sprintf("q%d", i)))
+				})
+				var ok []string
+				for i, err := range errs {
+					if (err != nil) != fail {
+						t.Errorf("Append %d: %v", i, err)
+					}
+					if err == nil {
+						ok = append(ok, fmt.Sprintf("q%d", i))
+					}
+				}
+				st := s.Stats()
+				want := Stats{Appended: uint64(len(ok)), AppendErrors: uint64(queued + 1 - len(ok)), Writes: 2}
+				if st != want {
+					t.Errorf("stats %+v, want %+v", st, want)
+				}
+				ids := readIDs(t, path)
+				slices.Sort(ids)
+				slices.Sort(ok)
+				if !slices.Equal(ids, ok) {
+					t.Errorf("file holds %q, want %q", ids, ok)
+				}
+			})
+		}
+	}
+}
+
 func TestTornLastLine(t *testing.T) {
 	whole := string(record("a").AppendJSON(nil)) + "\n" + string(record("b").AppendJSON(nil)) + "\n"
 	tests := []struct {

@@ -4,6 +4,9 @@
 package metertest
 
 import (
+	"os"
+	"sync"
+	"testing"
 	"time"
 
 	"sluice/meter"
@@ -34,4 +37,48 @@ func Record(id string) *meter.Record {
 		TTFTMicros:       310_000,
 		Attempts:         1,
 	}
+}
+
+// AppendQueued makes a sink batch appends: with hold held (the lock the
+// sink writes under), it starts n+1 Appends at once (appendRec(0) ..
+// appendRec(n)). The first to arrive leads and waits for hold in its write;
+// the other n queue behind it. Once queued reports all n, it releases hold
+// and returns every Append's error after all returned. The sink then has
+// written the n+1 records with two writes: the leader's, and one for the n.
+func AppendQueued(hold sync.Locker, queued func() int, n int, appendRec func(i int) error) []error {
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	hold.Lock()
+	for i := range n + 1 {
+		wg.Go(func() { errs[i] = appendRec(i) })
+	}
+	// Polls the queue's state: slower only on a slower machine.
+	for queued() < n {
+		time.Sleep(time.Millisecond)
+	}
+	hold.Unlock()
+	wg.Wait()
+	return errs
+}
+
+// FailWrites makes a sink's writes fail: it replaces *f, the file the sink
+// writes to (guarded by mu), with a read-only handle on the same file, whose
+// writes fail (EBADF) and write nothing, and puts the file back when the
+// test ends.
+func FailWrites(t testing.TB, mu sync.Locker, f **os.File) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	orig := *f
+	ro, err := os.Open(orig.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	*f = ro
+	t.Cleanup(func() {
+		mu.Lock()
+		*f = orig
+		mu.Unlock()
+		ro.Close()
+	})
 }

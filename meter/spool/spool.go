@@ -14,8 +14,9 @@
 // Guarantees:
 //
 //   - A record for which Append returned nil survives kill -9 of the process:
-//     the frame was handed to the kernel with one write(2) before Append
-//     returned. Options.Sync decides what survives a power loss.
+//     the frame was handed to the kernel by a write(2) before Append
+//     returned (the frames of concurrent Appends share one write, see
+//     groupcommit). Options.Sync decides what survives a power loss.
 //   - Open repairs what a crash left: a torn tail (a partial frame, a bad
 //     CRC) is truncated at the last whole frame, counted (Stats.Repairs) and
 //     logged; no earlier record is lost.
@@ -46,6 +47,7 @@ import (
 
 	"sluice/meter"
 	"sluice/meter/internal/filesync"
+	"sluice/meter/internal/groupcommit"
 )
 
 // MaxRecordBytes is the largest payload a frame holds; Append refuses a
@@ -103,6 +105,9 @@ type Stats struct {
 	// AppendErrors counts the Append calls that failed (I/O errors,
 	// ErrTooLarge).
 	AppendErrors uint64
+	// Writes counts the write(2) calls that appended frames: concurrent
+	// Appends share one.
+	Writes uint64
 	// Acked counts the records acknowledged.
 	Acked uint64
 	// Pending is the number of records on disk not acknowledged yet.
@@ -158,15 +163,18 @@ type segment struct {
 
 // Spool is an open spool directory.
 //
-// Concurrency: Append is safe for concurrent use (calls are serialised by a
-// mutex, each record is one write(2)); Next and Ack are safe for concurrent
-// use with Append and with each other, and are meant for one shipper
-// goroutine. Stats and Close may be called at any time.
+// Concurrency: Append is safe for concurrent use: the frames of the Appends
+// that arrive while a write is under way are written together, in the order
+// they were encoded, by the next write(2) (one per segment they go to); Next
+// and Ack are safe for concurrent use with Append and with each other, and
+// are meant for one shipper goroutine. Stats and Close may be called at any
+// time.
 type Spool struct {
 	dir  string
 	opt  Options
 	log  *slog.Logger
 	lock *os.File
+	gc   *groupcommit.Group
 
 	// mu guards everything below, up to readMu.
 	mu      sync.Mutex
@@ -176,7 +184,6 @@ type Spool struct {
 	total   int64     // sum of segs' sizes
 	records int64     // sum of segs' records
 	cursor  position  // oldest unacknowledged record; cursor.seq == segs[0].seq
-	buf     []byte    // frame being appended
 	stats   Stats
 
 	// readMu serialises Next; ackMu serialises Ack.
@@ -202,6 +209,7 @@ func Open(dir string, opt Options) (*Spool, error) {
 		return nil, fmt.Errorf("spool %s: %w", dir, err)
 	}
 	s := &Spool{dir: dir, opt: opt, log: opt.Logger, lock: lock}
+	s.gc = groupcommit.New(s.flush)
 	if err := s.recover(); err != nil {
 		s.closeFiles()
 		return nil, err
@@ -245,36 +253,84 @@ func (o *Options) defaults() error {
 // to the kernel (and fsynced, with SyncAlways). When the spool is full it
 // first deletes the oldest segments; it never waits for the shipper.
 func (s *Spool) Append(r *meter.Record) error {
-	var drops []drop
-	err := func() error {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.closed {
-			return ErrClosed
-		}
+	err := s.gc.Append(func(dst []byte) ([]byte, error) {
+		start := len(dst)
 		var hdr [frameHeaderSize]byte
-		s.buf = append(s.buf[:0], hdr[:]...)
-		s.buf = r.AppendJSON(s.buf)
-		n := len(s.buf) - frameHeaderSize
-		if n > MaxRecordBytes {
-			s.stats.AppendErrors++
-			return fmt.Errorf("%w: %d bytes (record %q)", ErrTooLarge, n, r.ID)
+		dst = r.AppendJSON(append(dst, hdr[:]...))
+		if n := len(dst) - start - frameHeaderSize; n > MaxRecordBytes {
+			return dst, fmt.Errorf("%w: %d bytes (record %q)", ErrTooLarge, n, r.ID)
 		}
-		putFrameHeader(s.buf)
-		var err error
-		drops, err = s.makeRoomLocked(int64(len(s.buf)))
-		if err == nil {
-			err = s.writeLocked()
-		}
-		if err != nil {
-			s.stats.AppendErrors++
-			return err
-		}
-		s.stats.Appended++
-		return nil
-	}()
-	s.logDrops(drops)
+		putFrameHeader(dst[start:])
+		return dst, nil
+	})
+	if errors.Is(err, ErrTooLarge) {
+		s.mu.Lock()
+		s.stats.AppendErrors++
+		s.mu.Unlock()
+	}
 	return err
+}
+
+// flush writes a batch of frames (groupcommit.Flush), keeping the bound and
+// the rotation exactly as for Appends one at a time: frames that go, one
+// after the other, to the active segment with no rotation and no drop
+// (fitsLocked: makeRoomLocked would do nothing for them) are written by one
+// write(2); before any other frame, the frames so far are written and
+// makeRoomLocked runs for that frame alone.
+func (s *Spool) flush(buf []byte, ends []int) (int, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, ErrClosed
+	}
+	n, drops, err := s.flushLocked(buf, ends)
+	s.stats.Appended += uint64(n)
+	if err != nil {
+		s.stats.AppendErrors += uint64(len(ends) - n)
+	}
+	s.mu.Unlock()
+	s.logDrops(drops)
+	return n, err
+}
+
+// flushLocked writes the frames of buf (frame i ends at ends[i]) and returns
+// how many were written, from the first. The frames first..i-1, buf[off:],
+// are the run not written yet.
+func (s *Spool) flushLocked(buf []byte, ends []int) (int, []drop, error) {
+	var drops []drop
+	first, off := 0, 0
+	for i := 0; ; i++ {
+		start := off
+		if i > 0 {
+			start = ends[i-1]
+		}
+		if i < len(ends) && i > first && s.fitsLocked(int64(start-off), int64(ends[i]-start)) {
+			continue
+		}
+		if i > first {
+			if err := s.writeLocked(buf[off:start], i-first); err != nil {
+				return first, drops, err
+			}
+			first, off = i, start
+		}
+		if i == len(ends) {
+			return i, drops, nil
+		}
+		d, err := s.makeRoomLocked(int64(ends[i] - start))
+		drops = append(drops, d...)
+		if err != nil {
+			return i, drops, err
+		}
+	}
+}
+
+// fitsLocked reports whether a frame of need bytes, after run bytes of
+// frames (at least one) not written yet, goes to the active segment with no
+// rotation and no drop.
+func (s *Spool) fitsLocked(run, need int64) bool {
+	return s.f != nil &&
+		s.segs[len(s.segs)-1].size+run+need <= s.opt.SegmentBytes &&
+		s.total+run+need <= s.opt.MaxBytes
 }
 
 // putFrameHeader fills the length and CRC of the frame in b (header, then
@@ -363,10 +419,12 @@ func (s *Spool) logDrops(drops []drop) {
 	}
 }
 
-// writeLocked writes s.buf to the active segment in one write(2).
-func (s *Spool) writeLocked() error {
+// writeLocked writes frames, the given number of whole frames, to the
+// active segment in one write(2).
+func (s *Spool) writeLocked(frames []byte, records int) error {
 	active := &s.segs[len(s.segs)-1]
-	n, err := s.f.Write(s.buf)
+	s.stats.Writes++
+	n, err := s.f.Write(frames)
 	if err != nil {
 		if n > 0 {
 			if terr := s.f.Truncate(active.size); terr != nil {
@@ -380,9 +438,9 @@ func (s *Spool) writeLocked() error {
 		return fmt.Errorf("spool: writing segment %d: %w", active.seq, err)
 	}
 	active.size += int64(n)
-	active.records++
+	active.records += int64(records)
 	s.total += int64(n)
-	s.records++
+	s.records += int64(records)
 	switch s.opt.Sync {
 	case meter.SyncAlways:
 		if err := s.f.Sync(); err != nil {

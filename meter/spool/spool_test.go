@@ -473,6 +473,96 @@ func TestBoundDropsOldest(t *testing.T) {
 	}
 }
 
+// TestAppendsShareAWrite: the Appends queued behind a write under way are
+// written by one write(2); each returns after it, with its error when it
+// failed, and every Append that returned nil is in the spool.
+func TestAppendsShareAWrite(t *testing.T) {
+	const queued = 16
+	for _, mode := range benchModes {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fail=%v", mode, fail), func(t *testing.T) {
+				dir := t.TempDir()
+				s := openT(t, dir, Options{Sync: mode})
+				if err := s.Append(record(-1)); err != nil { // creates the active segment
+					t.Fatal(err)
+				}
+				if fail {
+					metertest.FailWrites(t, &s.mu, &s.f)
+				}
+				errs := metertest.AppendQueued(&s.mu, s.gc.Queued, queued, func(i int) error {
+					return s.Append(record(i))
+				})
+				ok := []string{record(-1).ID}
+				for i, err := range errs {
+					if (err != nil) != fail {
+						t.Errorf("Append %d: %v", i, err)
+					}
+					if err == nil {
+						ok = append(ok, record(i).ID)
+					}
+				}
+				st := s.Stats()
+				if st.Writes != 3 || st.Appended != uint64(len(ok)) || st.AppendErrors != uint64(queued+2-len(ok)) {
+					t.Errorf("stats %+v: want 3 writes, %d appended, %d errors", st, len(ok), queued+2-len(ok))
+				}
+				got := drain(t, s, 100)
+				slices.Sort(got)
+				slices.Sort(ok)
+				if !slices.Equal(got, ok) {
+					t.Errorf("spool holds %q, want %q", got, ok)
+				}
+			})
+		}
+	}
+}
+
+// TestBatchedAppendsKeepRotationAndBound: batches of appends that cross
+// segment ends and the bound leave the same segments, drops and counts as
+// the same records appended one at a time.
+func TestBatchedAppendsKeepRotationAndBound(t *testing.T) {
+	const rounds, queued = 40, 24 // 1,000 records, about 470 KB: many drops
+	opt := Options{Sync: meter.SyncNone, MaxBytes: 160 << 10, SegmentBytes: 16 << 10}
+	one := openT(t, t.TempDir(), opt)
+	batchedDir := t.TempDir()
+	batched := openT(t, batchedDir, opt)
+	for r := range rounds {
+		base := r * (queued + 1)
+		appendN(t, one, base, base+queued+1)
+		errs := metertest.AppendQueued(&batched.mu, batched.gc.Queued, queued, func(i int) error {
+			return batched.Append(record(base + i))
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		if st := batched.Stats(); st.Bytes > opt.MaxBytes {
+			t.Fatalf("after round %d: %d bytes on disk, bound %d", r, st.Bytes, opt.MaxBytes)
+		}
+	}
+	want, got := one.Stats(), batched.Stats()
+	if want.Drops == 0 {
+		t.Fatal("no drop: the test does not cross the bound")
+	}
+	files := segmentFiles(t, batchedDir)
+	last, _ := parseSegmentName(filepath.Base(files[len(files)-1]))
+	// A batch is split where a frame starts a segment or drops one.
+	if got.Writes > 2*rounds+last+got.Drops {
+		t.Errorf("%d writes for %d rounds, %d segments and %d drops", got.Writes, rounds, last, got.Drops)
+	}
+	want.Writes, got.Writes = 0, 0
+	if got != want {
+		t.Errorf("batched stats %+v\none at a time %+v", got, want)
+	}
+	sizes := func(s *Spool) []segment { s.mu.Lock(); defer s.mu.Unlock(); return slices.Clone(s.segs) }
+	if g, w := sizes(batched), sizes(one); !slices.Equal(g, w) {
+		t.Errorf("batched segments %+v\none at a time %+v", g, w)
+	}
+	kept := drain(t, batched, 500)
+	slices.Sort(kept)
+	if int64(len(slices.Compact(kept))) != want.Pending {
+		t.Errorf("read %d distinct records, %d pending", len(kept), want.Pending)
+	}
+}
+
 // TestDropUnderReader: a batch read from a segment that is dropped before it
 // is acknowledged stays readable, and its late Ack does not move the cursor
 // backwards.
