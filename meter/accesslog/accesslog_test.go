@@ -164,3 +164,24 @@ func TestLogAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkLog(b *testing.B) {
+	rec := &meter.Record{
+		ID: "01JE4Q2V3XK9M7N8P0R5S6T7U8", GatewayID: "gw-1", Route: "team-a", Provider: "openai",
+		Application: "app-1", KeyID: "key-1", RequestedModel: "gpt-4o", ServedModel: "gpt-4o-2024-08-06",
+		PromptTokens: 120, CompletionTokens: 30, UsageSource: meter.UsageProvider, CostMicroUSD: 1234,
+		PriceVersion: "2026-11-01", Resolution: meter.Settled, Status: 200, LatencyMicros: 21000, TTFTMicros: 900, Attempts: 1,
+	}
+	for _, format := range []string{"text", "json"} {
+		b.Run(format, func(b *testing.B) {
+			w, err := New(io.Discard, format, slog.LevelInfo, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				w.Log(rec)
+			}
+		})
+	}
+}
