@@ -185,3 +185,34 @@ func BenchmarkLog(b *testing.B) {
 		})
 	}
 }
+
+func TestLogConcurrentLinesStayWhole(t *testing.T) {
+	var buf bytes.Buffer // not safe for concurrent use: the Writer serializes
+	w, err := New(&buf, "text", slog.LevelInfo, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, lines = 4, 200
+	done := make(chan struct{})
+	for g := range goroutines {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			rec := &meter.Record{ID: strings.Repeat(string(rune('a'+g)), 40), Resolution: meter.Settled, Status: 200}
+			for range lines {
+				w.Log(rec)
+			}
+		}()
+	}
+	for range goroutines {
+		<-done
+	}
+	got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(got) != goroutines*lines {
+		t.Fatalf("%d lines, want %d", len(got), goroutines*lines)
+	}
+	for _, l := range got {
+		if !strings.Contains(l, " level=INFO msg=access id=") || !strings.HasSuffix(l, " resolution=settled status=200") {
+			t.Fatalf("line not whole: %q", l)
+		}
+	}
+}
