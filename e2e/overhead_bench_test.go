@@ -20,6 +20,7 @@ import (
 	"sluice/deployment/yamlfile"
 	"sluice/internal/app"
 	"sluice/internal/linebuf"
+	"sluice/meter/accesslog"
 	"sluice/mockllm"
 	"sluice/tokencount"
 )
@@ -163,7 +164,7 @@ func BenchmarkHandlerMetering(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			logger := slog.New(slog.DiscardHandler)
+			var access *accesslog.Writer
 			if v.log {
 				f, err := os.Create(filepath.Join(dir, "gateway.log"))
 				if err != nil {
@@ -177,13 +178,15 @@ func BenchmarkHandlerMetering(b *testing.B) {
 					b.Cleanup(func() { _ = bw.Close() })
 					w = bw
 				}
-				logger = slog.New(slog.NewTextHandler(w, nil))
+				if access, err = accesslog.New(w, "text", slog.LevelInfo, nil); err != nil {
+					b.Fatal(err)
+				}
 			}
 			if v.trace {
 				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.URL)
 			}
 			gw, err := app.NewGateway(dep, app.GatewayOptions{
-				Services:  app.Services{Logger: logger, Tokens: tokencount.New()},
+				Services:  app.Services{Logger: slog.New(slog.DiscardHandler), AccessLog: access, Tokens: tokencount.New()},
 				Transport: canned,
 				Tracing:   app.TracingOptions{Enabled: v.trace},
 			})

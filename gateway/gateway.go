@@ -39,6 +39,7 @@ import (
 	"sluice/dialect"
 	"sluice/gwerror"
 	"sluice/meter"
+	"sluice/meter/accesslog"
 	"sluice/policies"
 )
 
@@ -81,7 +82,7 @@ type Options struct {
 	GatewayID string
 	// AccessLog, when set, receives one line per request with the usage
 	// record's fields, at info.
-	AccessLog *slog.Logger
+	AccessLog *accesslog.Writer
 	// Tracer, when set, gets a server span per proxied request and a client
 	// span per upstream attempt (tracing.go); nil: no tracing, no cost.
 	Tracer trace.Tracer

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"context"
-	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -69,7 +67,7 @@ func (x *exchange) meter(start time.Time) {
 	}
 	g.usageMetrics.observe(&rec, g.opts.Services.Pricing)
 	if g.opts.AccessLog != nil {
-		accessLog(g.opts.AccessLog, &rec)
+		g.opts.AccessLog.Log(&rec)
 	}
 }
 
@@ -185,54 +183,6 @@ func usageFields(rec *meter.Record, u *llmapi.Usage) {
 	}
 	rec.PromptTokens, rec.CachedTokens, rec.CacheWriteTokens = u.PromptTokens, u.CachedPromptTokens, u.CacheWriteTokens
 	rec.CompletionTokens, rec.ReasoningTokens = u.CompletionTokens, u.ReasoningTokens
-}
-
-// accessLog writes rec as one log line at info: the record's fields under
-// their names in the record's encoding, empty ones left out.
-func accessLog(l *slog.Logger, rec *meter.Record) {
-	// A logger above info (--log-level warn) gets nothing: do not build the
-	// line on the request path only for the handler to drop it.
-	if !l.Enabled(context.Background(), slog.LevelInfo) {
-		return
-	}
-	attrs := make([]slog.Attr, 0, 24)
-	str := func(k, v string) {
-		if v != "" {
-			attrs = append(attrs, slog.String(k, v))
-		}
-	}
-	num := func(k string, v int64) {
-		if v != 0 {
-			attrs = append(attrs, slog.Int64(k, v))
-		}
-	}
-	str("id", rec.ID)
-	str("client_request_id", rec.ClientRequestID)
-	str("gateway_id", rec.GatewayID)
-	str("route", rec.Route)
-	str("provider", rec.Provider)
-	str("application", rec.Application)
-	str("key_id", rec.KeyID)
-	str("requested_model", rec.RequestedModel)
-	str("served_model", rec.ServedModel)
-	num("prompt_tokens", rec.PromptTokens)
-	num("cached_tokens", rec.CachedTokens)
-	num("cache_write_tokens", rec.CacheWriteTokens)
-	num("completion_tokens", rec.CompletionTokens)
-	num("reasoning_tokens", rec.ReasoningTokens)
-	if rec.UsageSource != meter.UsageNone {
-		str("usage_source", rec.UsageSource.String())
-	}
-	num("cost_micro_usd", rec.CostMicroUSD)
-	str("price_version", rec.PriceVersion)
-	str("resolution", rec.Resolution.String())
-	str("denied_by", rec.DeniedBy)
-	str("error_code", rec.ErrorCode)
-	attrs = append(attrs, slog.Int("status", rec.Status))
-	num("latency_us", rec.LatencyMicros)
-	num("ttft_us", rec.TTFTMicros)
-	num("attempts", int64(rec.Attempts))
-	l.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }
 
 // Label values that stand for many (bounded cardinality).

@@ -13,6 +13,7 @@ import (
 	"sluice/counter/memory"
 	"sluice/internal/proctest"
 	"sluice/meter"
+	"sluice/meter/accesslog"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
@@ -64,6 +65,10 @@ func TestUsageRecordPerOutcome(t *testing.T) {
 	sink := &memSink{}
 	logs := &proctest.Buffer{}
 	access := &proctest.Buffer{}
+	accessLog, err := accesslog.New(access, "json", slog.LevelInfo, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	prices, err := pricing.New("")
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +88,7 @@ func TestUsageRecordPerOutcome(t *testing.T) {
 			Backoff:   func(int) time.Duration { return time.Millisecond },
 			Meter:     sink,
 			GatewayID: "gw-test",
-			AccessLog: slog.New(slog.NewJSONHandler(access, nil)),
+			AccessLog: accessLog,
 		})
 		return base
 	}

@@ -2,6 +2,7 @@ package meter
 
 import (
 	"strconv"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -9,11 +10,13 @@ const hexDigits = "0123456789abcdef"
 
 func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
 
-// appendString appends s as a JSON string. Control characters, '"' and '\\'
-// are escaped, invalid UTF-8 becomes U+FFFD, and U+2028 and U+2029 are
+// appendJSONString appends s as a JSON string. Control characters, '"' and
+// '\\' are escaped, invalid UTF-8 becomes U+FFFD, and U+2028 and U+2029 are
 // escaped (as encoding/json does, so a line of records is also valid
-// JavaScript); <, > and & are left as they are.
-func appendString(dst []byte, s string) []byte {
+// JavaScript); <, > and & are left as they are. slog escapes \b and \f as
+// log/slog's JSONHandler does (\u0008, \u000c) rather than as
+// encoding/json does (\b, \f).
+func appendJSONString(dst []byte, s string, slog bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -33,10 +36,14 @@ func appendString(dst []byte, s string) []byte {
 				dst = append(dst, '\\', 'r')
 			case '\t':
 				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
+			case '\b', '\f':
+				if slog {
+					dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+				} else if c == '\b' {
+					dst = append(dst, '\\', 'b')
+				} else {
+					dst = append(dst, '\\', 'f')
+				}
 			default:
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}
@@ -64,3 +71,31 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// needsQuoting reports whether log/slog's TextHandler quotes the string
+// value s: empty, or holding a space, '=', '"', an ASCII control character,
+// invalid UTF-8, or a rune that is a space or not printable.
+func needsQuoting(s string) bool {
+	if s == "" {
+		return true
+	}
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b < 0x20 || b == ' ' || b == '=' || b == '"' {
+				return true
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError || unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return true
+		}
+		i += size
+	}
+	return false
+}
+
+// appendQuote appends s quoted as strconv.Quote does.
+func appendQuote(dst []byte, s string) []byte { return strconv.AppendQuote(dst, s) }

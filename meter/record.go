@@ -135,41 +135,7 @@ const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
 func (r *Record) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = appendInt(dst, Version)
-	dst = append(dst, `,"id":`...)
-	dst = appendString(dst, r.ID)
-	dst = appendStringField(dst, `,"client_request_id":`, r.ClientRequestID)
-	dst = append(dst, `,"ts":"`...)
-	dst = r.Time.UTC().AppendFormat(dst, timeLayout)
-	dst = append(dst, '"')
-	dst = appendStringField(dst, `,"gateway_id":`, r.GatewayID)
-	dst = appendStringField(dst, `,"route":`, r.Route)
-	dst = appendStringField(dst, `,"provider":`, r.Provider)
-	dst = appendStringField(dst, `,"application":`, r.Application)
-	dst = appendStringField(dst, `,"key_id":`, r.KeyID)
-	dst = appendStringField(dst, `,"requested_model":`, r.RequestedModel)
-	dst = appendStringField(dst, `,"served_model":`, r.ServedModel)
-	dst = appendIntField(dst, `,"prompt_tokens":`, r.PromptTokens)
-	dst = appendIntField(dst, `,"cached_tokens":`, r.CachedTokens)
-	dst = appendIntField(dst, `,"cache_write_tokens":`, r.CacheWriteTokens)
-	dst = appendIntField(dst, `,"completion_tokens":`, r.CompletionTokens)
-	dst = appendIntField(dst, `,"reasoning_tokens":`, r.ReasoningTokens)
-	if r.UsageSource != UsageNone {
-		dst = append(dst, `,"usage_source":"`...)
-		dst = append(dst, r.UsageSource.String()...)
-		dst = append(dst, '"')
-	}
-	dst = appendIntField(dst, `,"cost_micro_usd":`, r.CostMicroUSD)
-	dst = appendStringField(dst, `,"price_version":`, r.PriceVersion)
-	dst = append(dst, `,"resolution":"`...)
-	dst = append(dst, r.Resolution.String()...)
-	dst = append(dst, '"')
-	dst = appendStringField(dst, `,"denied_by":`, r.DeniedBy)
-	dst = appendStringField(dst, `,"error_code":`, r.ErrorCode)
-	dst = append(dst, `,"status":`...)
-	dst = appendInt(dst, int64(r.Status))
-	dst = appendIntField(dst, `,"latency_us":`, r.LatencyMicros)
-	dst = appendIntField(dst, `,"ttft_us":`, r.TTFTMicros)
-	dst = appendIntField(dst, `,"attempts":`, int64(r.Attempts))
+	dst = appendFields(dst, r, jsonFields{}, true)
 	return append(dst, '}')
 }
 
@@ -216,18 +182,4 @@ func Decode(data []byte) (Record, error) {
 		return Record{}, fmt.Errorf("meter: decoding record %q: resolution is missing", w.ID)
 	}
 	return Record(w.plainRecord), nil
-}
-
-func appendStringField(dst []byte, name, s string) []byte {
-	if s == "" {
-		return dst
-	}
-	return appendString(append(dst, name...), s)
-}
-
-func appendIntField(dst []byte, name string, n int64) []byte {
-	if n == 0 {
-		return dst
-	}
-	return appendInt(append(dst, name...), n)
 }

@@ -210,7 +210,7 @@ var stringSamples = []string{
 	"<script>&amp;</script>", "ünïcødé 日本語 🙂", "\u2028\u2029", "bad \xff\xfe utf8", "\xed\xa0\x80", "trailing \xe2\x82",
 }
 
-// checkAppendString: appendString's bytes equal encoding/json's with HTML
+// checkAppendString: appendJSONString's bytes equal encoding/json's with HTML
 // escaping off.
 func checkAppendString(t *testing.T, s string) {
 	var want bytes.Buffer
@@ -219,9 +219,9 @@ func checkAppendString(t *testing.T, s string) {
 	if err := enc.Encode(s); err != nil {
 		t.Fatal(err)
 	}
-	got := appendString(nil, s)
+	got := appendJSONString(nil, s, false)
 	if string(got) != strings.TrimSuffix(want.String(), "\n") {
-		t.Errorf("appendString(%q) = %s, encoding/json: %s", s, got, want.String())
+		t.Errorf("appendJSONString(%q) = %s, encoding/json: %s", s, got, want.String())
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"sluice/gateway/filesource"
 	"sluice/internal/app"
 	"sluice/internal/linebuf"
+	"sluice/meter/accesslog"
 	"sluice/mockllm"
 	"sluice/tokencount"
 )
@@ -77,7 +78,7 @@ func cmdGateway(args []string, stdout, stderr io.Writer) int {
 // serveFile serves the deployment file (or the demo deployment) until ctx
 // is done, reloading it when it changes and on SIGHUP. It returns the exit
 // code.
-func (f gatewayFlags) serveFile(ctx context.Context, logger, access *slog.Logger, stdout, stderr io.Writer) int {
+func (f gatewayFlags) serveFile(ctx context.Context, logger *slog.Logger, access *accesslog.Writer, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return 1
@@ -232,13 +233,17 @@ func logRoutes(logger *slog.Logger, d *deployment.Deployment) {
 	}
 }
 
-// newAccessLogger is the access log's logger: the process log's format and
+// newAccessLogger is the access log's writer: the process log's format and
 // level on w through a linebuf.Writer, so that a line per request is not a
 // write(2) per request (lines wait at most linebuf.DefaultInterval). close
 // flushes it.
-func newAccessLogger(w io.Writer, format, level string) (l *slog.Logger, closeFn func(), err error) {
+func newAccessLogger(w io.Writer, format, level string) (l *accesslog.Writer, closeFn func(), err error) {
+	lv, err := parseLevel(level)
+	if err != nil {
+		return nil, nil, err
+	}
 	bw := linebuf.New(w, 0, 0)
-	l, err = newLogger(bw, format, level)
+	l, err = accesslog.New(bw, format, lv, nil)
 	if err != nil {
 		_ = bw.Close()
 		return nil, nil, err
@@ -246,10 +251,18 @@ func newAccessLogger(w io.Writer, format, level string) (l *slog.Logger, closeFn
 	return l, func() { _ = bw.Close() }, nil
 }
 
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+func parseLevel(level string) (slog.Level, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("bad --log-level %q", level)
+		return 0, fmt.Errorf("bad --log-level %q", level)
+	}
+	return lv, nil
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	lv, err := parseLevel(level)
+	if err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {

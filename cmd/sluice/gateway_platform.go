@@ -12,6 +12,7 @@ import (
 
 	"sluice/gateway/pull"
 	"sluice/internal/app"
+	"sluice/meter/accesslog"
 	"sluice/meter/ship"
 )
 
@@ -34,7 +35,7 @@ func platformFlags(fs *flag.FlagSet) *gatewayPlatform {
 }
 
 // run is `sluice gateway --platform`.
-func (p *gatewayPlatform) run(ctx context.Context, cfgPath, listen, pricingFile string, logger, access *slog.Logger, stdout, stderr io.Writer) int {
+func (p *gatewayPlatform) run(ctx context.Context, cfgPath, listen, pricingFile string, logger *slog.Logger, access *accesslog.Writer, stdout, stderr io.Writer) int {
 	if cfgPath != "" {
 		fmt.Fprintln(stderr, "sluice gateway: give --config or --platform, not both")
 		return 2

@@ -12,6 +12,7 @@ import (
 	"sluice/deployment"
 	"sluice/gateway/pull"
 	"sluice/internal/app"
+	"sluice/meter/accesslog"
 )
 
 // pulledGateway configures a gateway whose deployment comes from the
@@ -20,8 +21,8 @@ type pulledGateway struct {
 	listen      string
 	pricingFile string
 	logger      *slog.Logger
-	// access is the access log's logger (nil: logger).
-	access *slog.Logger
+	// access is the access log's writer (nil: none).
+	access *accesslog.Writer
 	stdout io.Writer
 	feed   pull.Feed
 	cache  *pull.Cache

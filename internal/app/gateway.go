@@ -32,6 +32,7 @@ import (
 	"sluice/counter/counterconfig"
 	"sluice/deployment"
 	"sluice/gateway"
+	"sluice/meter/accesslog"
 	"sluice/policies"
 	"sluice/policies/builtin"
 	"sluice/pricing"
@@ -60,9 +61,9 @@ type Services struct {
 	// Tokens is the tokenizer (nil: a new one whose vocabularies are loaded
 	// before the gateway serves, not on its first requests).
 	Tokens *tokencount.Counter
-	// AccessLog receives the access log lines (nil: Logger); the
+	// AccessLog receives the access log lines (nil: none); the
 	// deployment's meter.accessLog: off turns them off.
-	AccessLog *slog.Logger
+	AccessLog *accesslog.Writer
 	// Admission is the fair-admission scheduler (nil: a new one on the real
 	// clock, its metrics registered once on Metrics, and, when the
 	// deployment's counters are Redis, sharing each provider's capacity
@@ -127,12 +128,9 @@ func NewGateway(d *deployment.Deployment, o GatewayOptions) (*Gateway, error) {
 		g.Close()
 		return nil, err
 	}
-	var access *slog.Logger
+	var access *accesslog.Writer
 	if d.Meter.AccessLog != "off" {
 		access = o.AccessLog
-		if access == nil {
-			access = o.Logger
-		}
 	}
 	if o.Registry == nil {
 		o.Registry = builtin.Registry()
