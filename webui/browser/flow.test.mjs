@@ -1,20 +1,52 @@
 // The issue's "Must show" flow through the console, against a real
 // `sluice serve` and `sluice mock-llm`: sign in; create a provider pointing
-// at the mock; set a Per Consumer token limit; create an application and a
-// key; send requests through the gateway with that key until the 429; see
-// them and the denial on the Usage page and export them as CSV; add
+// at the mock; set a Per Consumer token limit with alerts at 80 and 100 %
+// and the alert webhook (a receiver the test runs, checking the signature);
+// create an application and a key; send requests through the gateway with
+// that key until the 429; see them and the denial on the Usage page and
+// export them as CSV; see both alerts delivered (each received once) and the
+// application's remaining budget; add
 // guardrails through the schema form (one the server refuses, with the error
 // at its field) and as YAML, reorder and delete; a stale save (412); revoke
 // the key and see the next request refused. Every page is checked with
 // axe-core (no serious or critical violations), must not be wider than a
 // 390 px window, and is saved at 1280 and 390 px.
 import assert from "node:assert/strict";
+import { createHmac, timingSafeEqual } from "node:crypto";
 import { readFile } from "node:fs/promises";
+import { createServer } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { api, axeViolations, chat, eventually, launchBrowser, newPage, shoot, startStack } from "./harness.mjs";
 
-let stack, browser, page, errors, A;
+let stack, browser, page, errors, A, receiver;
 const state = {};
+const webhookSecret = "whsec-console-flow-test";
+
+/** The alert webhook's receiver on loopback: it checks each POST's signature
+ * (docs/platform.md "Budget alerts") and keeps the verified bodies, parsed,
+ * in received (a bad signature is kept in refused and answered 401). */
+async function startReceiver() {
+  const received = [];
+  const refused = [];
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks).toString("utf8");
+      const sig = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(req.headers["x-sluice-signature"] ?? "");
+      const want = sig && createHmac("sha256", webhookSecret).update(`${sig[1]}.${body}`).digest();
+      if (req.method !== "POST" || !sig || !timingSafeEqual(want, Buffer.from(sig[2], "hex"))) {
+        refused.push({ method: req.method, headers: req.headers, body });
+        res.writeHead(401).end();
+        return;
+      }
+      received.push({ eventId: req.headers["x-sluice-event-id"], body: JSON.parse(body) });
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { url: `http://127.0.0.1:${server.address().port}/hooks/sluice`, received, refused, close: () => new Promise((r) => server.close(r)) };
+}
 const nav = (name) => page.getByRole("navigation", { name: "Main" }).getByRole("link", { name });
 
 /** axe-core, the 390 px width and the screenshots of the page as it is now. */
@@ -29,12 +61,14 @@ describe("console flow", { timeout: 240_000 }, () => {
   before(async () => {
     stack = await startStack();
     A = api(stack);
+    receiver = await startReceiver();
     browser = await launchBrowser();
     ({ page, errors } = await newPage(browser));
   });
   after(async () => {
     await browser?.close();
     await stack?.stop();
+    await receiver?.close();
   });
 
   it("signs in with the admin token, from the keyboard", async () => {
@@ -139,6 +173,26 @@ describe("console flow", { timeout: 240_000 }, () => {
     assert.equal(rl.body.consumer.global.token.count, 200);
   });
 
+  it("gives the token limit alerts at 80 and 100 %, and sets the alert webhook on the Usage page", async () => {
+    const alertAt = page.getByLabel("Per Consumer, provider-wide: Token alert at, percents");
+    await alertAt.fill("80, 100");
+    await page.getByRole("button", { name: "Save rate limits" }).click();
+    await page.getByText(/Every gateway \(1 gateway\) applied deployment version \d+/).waitFor();
+    const rl = await A("GET", `/providers/${state.providerId}/rate-limits`);
+    assert.deepEqual(rl.body.consumer.global.token, { enabled: true, count: 200, reset: { duration: 1, unit: "hour" }, alertAt: [80, 100] });
+
+    await nav("Usage").click();
+    const card = page.getByRole("region", { name: "Alert webhook" });
+    await card.getByLabel("URL").fill(receiver.url);
+    await card.getByLabel("Signing secret").fill(webhookSecret);
+    await card.getByRole("button", { name: "Save webhook" }).click();
+    await page.getByText("New alerts are sent to " + receiver.url).waitFor();
+    const w = await A("GET", "/alerts/webhook");
+    assert.deepEqual(w.body, { url: receiver.url, secretSet: true });
+    await page.getByRole("region", { name: "Budget alerts", exact: true }).getByText("No alerts").waitFor();
+    await checkPage("usage-webhook");
+  });
+
   it("creates an application granted the provider, and a key shown once", async () => {
     await nav("Applications").click();
     await page.getByText("No applications yet").waitFor();
@@ -199,7 +253,9 @@ describe("console flow", { timeout: 240_000 }, () => {
     assert.ok(shipped, "the gateway's records reached the platform");
     const deniedRecord = shipped.find((x) => x.resolution === "denied");
 
-    await nav("Usage").click();
+    // A new load: the page keeps its reports for 30 s (usageStaleTime), and
+    // it was open a moment ago to set the webhook.
+    await page.goto(stack.consoleURL + "/usage");
     await page.getByRole("heading", { name: "Usage", level: 1 }).waitFor();
     const requests = page.getByTestId("chart-Requests");
     await requests.getByRole("img", { name: new RegExp(`^Requests: ${state.served + 1} in \\d+ hours`) }).waitFor();
@@ -240,6 +296,47 @@ describe("console flow", { timeout: 240_000 }, () => {
     assert.match(lines[0], /resolution/);
     assert.equal(lines.length - 1, shipped.length, "one line per record");
     assert.ok(lines.some((l) => l.includes(state.appId) && l.includes("denied")));
+  });
+
+  it("delivers the 80 % and 100 % alerts once each, signed, and shows them and the remaining budget", async () => {
+    const alerts = await eventually(async () => {
+      const r = await A("GET", "/alerts");
+      const as = r.body?.alerts ?? [];
+      return as.length >= 2 && as.every((a) => a.delivery.state === "delivered") ? as : null;
+    }, 30000, 250);
+    assert.ok(alerts, "both alerts were delivered");
+    assert.deepEqual(alerts.map((a) => a.threshold).sort((a, b) => a - b), [80, 100]);
+    assert.deepEqual(receiver.refused, [], "every POST was signed with the secret");
+    assert.deepEqual(
+      receiver.received.map((r) => r.body.threshold).sort((a, b) => a - b),
+      [80, 100],
+      "the receiver got each alert exactly once",
+    );
+    for (const r of receiver.received) {
+      assert.equal(r.eventId, r.body.id);
+      assert.equal(r.body.type, "budget.alert");
+      assert.equal(r.body.applicationId, state.appId);
+      assert.equal(r.body.origin, "$.consumer.global.token");
+    }
+
+    await page.reload();
+    const table = page.getByRole("table", { name: "Budget alerts, newest first" });
+    for (const pct of ["80 %", "100 %"]) {
+      const row = table.getByRole("row").filter({ hasText: pct });
+      await row.getByText(/^delivered /).waitFor();
+      assert.match(await row.textContent(), /Team A.*openai · Per Consumer · provider-wide · tokens per /);
+    }
+    assert.equal(await table.getByRole("row").count(), 3, "a header and two alerts");
+    await checkPage("usage-alerts");
+
+    await page.goto(`${stack.consoleURL}/applications/${state.appId}`);
+    const budgets = page.getByRole("table", { name: "Remaining budgets" });
+    const line = budgets.getByRole("row").filter({ hasText: "Per Consumer · provider-wide · tokens" });
+    await line.waitFor();
+    const text = await line.textContent();
+    assert.match(text, /alerts at 80, 100 %/);
+    assert.match(text, /(^|\D)0 tokens of 200 tokens|over by [\d,]+ tokens of 200 tokens/, text);
+    await checkPage("application-budgets");
   });
 
   it("adds a guardrail through the schema form, with the server's refusal at its field", async () => {

@@ -1,9 +1,9 @@
 // Query keys and the queries several pages share. A change invalidates the
 // keys of what it changes (and the deployment views, which every change of
 // what gateways serve moves on).
-import { useQuery, type QueryClient } from "@tanstack/react-query";
+import { queryOptions, useQuery, type QueryClient } from "@tanstack/react-query";
 import { useClient } from "../auth";
-import { call, data, type GatewayList } from "./client";
+import { call, data, type Client, type GatewayList } from "./client";
 
 export const keys = {
   providers: ["providers"] as const,
@@ -40,9 +40,14 @@ export function useProvider(id: string) {
   });
 }
 
+/** The applications list's query (the Usage page's loader prefetches it: its
+ * names label the charts' series). */
+export function applicationsOptions(client: Client) {
+  return queryOptions({ queryKey: keys.applications, queryFn: () => data(client.GET("/applications")).then((d) => d.applications) });
+}
+
 export function useApplications() {
-  const client = useClient();
-  return useQuery({ queryKey: keys.applications, queryFn: () => data(client.GET("/applications")).then((d) => d.applications) });
+  return useQuery(applicationsOptions(useClient()));
 }
 
 export function usePolicies() {

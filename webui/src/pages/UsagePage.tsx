@@ -238,7 +238,7 @@ export function UsagePage() {
         </Card>
       ) : (
         <>
-          <Charts series={series} denied={denied} split={split} label={labels[split]} />
+          <Charts series={series} denied={denied} split={split} label={labels[split]} naming={split === "application" && apps.isPending} />
           <TopConsumers top={top} denied={topDenied} dim={topDim} setDim={setTopDim} label={labels[topDim]} />
           {range && <AlertsCard filters={filters} appName={appName} />}
           {range && <RecordsCard range={range} filters={filters} appName={appName} />}
@@ -253,17 +253,19 @@ type ReportQuery = ReturnType<typeof useUsage>;
 
 const compact = (n: number) => count(n, true);
 
-function Charts({ series, denied, split, label }: { series: ReportQuery; denied: ReportQuery; split: Split; label: (v: string) => string }) {
-  // The chart data change only with the reports: the charts (Recharts, the
-  // costliest part of the page to render) are not redrawn when another of
-  // the page's queries answers.
+/** naming: the series' names (the applications) are still loading; the charts
+ * wait for them rather than being drawn twice, with ids and then names. */
+function Charts({ series, denied, split, label, naming }: { series: ReportQuery; denied: ReportQuery; split: Split; label: (v: string) => string; naming: boolean }) {
+  // The chart data change only with the reports and the series' names: the
+  // charts (Recharts, the costliest part of the page to render) are not
+  // redrawn when another of the page's queries answers.
   const r0 = series.data;
   const d0 = denied.data;
   const tokens = useMemo(() => (r0 ? tokensByKind(r0) : []), [r0]);
   const cost = useMemo(() => (r0 ? pivot(r0, split, "costMicroUsd", label, 5) : null), [r0, split, label]);
   const requests = useMemo(() => (r0 ? pivot(r0, split, "requests", label, 5) : null), [r0, split, label]);
   const den = useMemo(() => (d0 ? pivot(d0, split, "requests", label, 5) : null), [d0, split, label]);
-  if (series.isPending) return <Loading label="Loading the usage" />;
+  if (series.isPending || naming) return <Loading label="Loading the usage" />;
   if (series.isError || !series.data || !cost || !requests) return <ErrorState error={series.error} retry={() => void series.refetch()} title="Could not load the usage" />;
   const r = series.data;
   const bucket = r.bucket;

@@ -67,7 +67,11 @@ export function AlertsCard({ filters, appName }: { filters: { application?: stri
             return <Empty title="No alerts">Set "Alert at" percents on a provider's Rate Limit rows to be told before a budget runs out.</Empty>;
           return (
             <Stack gap="sm">
-              <Table.ScrollContainer minWidth={860}>
+              <Table.ScrollContainer
+                minWidth={860}
+                // The table scrolls in a narrow window: its viewport takes the focus, so that the keyboard scrolls it too.
+                scrollAreaProps={{ viewportProps: { tabIndex: 0, role: "region", "aria-label": "Budget alerts, scrollable" } }}
+              >
                 <Table verticalSpacing={6} fz="sm" aria-label="Budget alerts, newest first">
                   <Table.Thead>
                     <Table.Tr>

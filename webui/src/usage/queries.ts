@@ -2,6 +2,7 @@
 // the route's loader can start the first ones while the page's code loads.
 import type { QueryClient } from "@tanstack/react-query";
 import { data, type Client } from "../api/client";
+import { applicationsOptions } from "../api/queries";
 import { minuteNow, rangeFor, recordsQuery, usageQuery, type Filters, type Range, type TopDimension, type UsageRecordPage, type UsageReport } from "./model";
 
 export const usageStaleTime = 30_000;
@@ -36,12 +37,14 @@ export function recordsOptions(client: Client, range: Range, filters: Filters) {
 export const defaultPeriod = "24h" as const;
 export const defaultSplit = "application" as const;
 
-/** Starts the default view's queries (the charts' reports and the first
- * records page), so that they run while the page's code loads. */
+/** Starts the default view's queries (the charts' reports, the applications
+ * that name their series and the first records page), so that they run while
+ * the page's code loads. */
 export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteNow()) {
   const range = rangeFor(defaultPeriod, now);
   if (!range) return;
   void qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit));
   void qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit, true));
+  void qc.prefetchQuery(applicationsOptions(client));
   void qc.prefetchInfiniteQuery(recordsOptions(client, range, {}));
 }
