@@ -205,8 +205,28 @@ type usageMetrics struct {
 	cost       *prometheus.CounterVec // route, application, model
 	sinkErrors prometheus.Counter
 
-	mu   sync.Mutex
-	apps map[string]struct{}
+	// mu guards apps and series. series holds the token and cost counters of
+	// each (route, application label, model label): looked up once per
+	// request instead of hashing the label values of every kind. Its keys
+	// are label values, so it is bounded like the series themselves.
+	mu     sync.Mutex
+	apps   map[string]struct{}
+	series map[usageSeriesKey]*usageSeries
+}
+
+type usageSeriesKey struct{ route, app, model string }
+
+// numKinds is the number of token kinds (the kind label's values, usageKinds).
+const numKinds = 5
+
+// usageKinds are the kind label's values, in the record's field order.
+var usageKinds = [numKinds]string{"prompt", "cached", "cache_write", "completion", "reasoning"}
+
+// usageSeries are one key's counters, each created when first added to (a
+// kind never metered has no series, as before the cache).
+type usageSeries struct {
+	tokens [numKinds]prometheus.Counter
+	cost   prometheus.Counter
 }
 
 func newUsageMetrics(reg prometheus.Registerer) (*usageMetrics, error) {
@@ -227,7 +247,8 @@ func newUsageMetrics(reg prometheus.Registerer) (*usageMetrics, error) {
 			Name: "sluice_usage_record_errors_total",
 			Help: "Usage records the sink refused (I/O error, record too large); each is logged.",
 		}),
-		apps: make(map[string]struct{}),
+		apps:   make(map[string]struct{}),
+		series: make(map[usageSeriesKey]*usageSeries),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.tokens, m.cost, m.sinkErrors} {
 		if err := reg.Register(c); err != nil {
@@ -243,31 +264,39 @@ func (m *usageMetrics) observe(rec *meter.Record, cat *pricing.Catalog) {
 	if rec.PromptTokens == 0 && rec.CompletionTokens == 0 && rec.CostMicroUSD == 0 {
 		return
 	}
-	app, model := m.appLabel(rec.Application), modelLabel(cat, rec.RequestedModel)
-	for _, k := range [...]struct {
-		kind string
-		n    int64
-	}{
-		{"prompt", rec.PromptTokens}, {"cached", rec.CachedTokens}, {"cache_write", rec.CacheWriteTokens},
-		{"completion", rec.CompletionTokens}, {"reasoning", rec.ReasoningTokens},
-	} {
-		if k.n > 0 {
-			m.tokens.WithLabelValues(rec.Route, app, model, k.kind).Add(float64(k.n))
+	model := modelLabel(cat, rec.RequestedModel)
+	n := [numKinds]int64{rec.PromptTokens, rec.CachedTokens, rec.CacheWriteTokens, rec.CompletionTokens, rec.ReasoningTokens}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := usageSeriesKey{rec.Route, m.appLabelLocked(rec.Application), model}
+	ser := m.series[k]
+	if ser == nil {
+		ser = &usageSeries{}
+		m.series[k] = ser
+	}
+	for kind, v := range n {
+		if v <= 0 {
+			continue
 		}
+		if ser.tokens[kind] == nil {
+			ser.tokens[kind] = m.tokens.WithLabelValues(k.route, k.app, k.model, usageKinds[kind])
+		}
+		ser.tokens[kind].Add(float64(v))
 	}
 	if rec.CostMicroUSD > 0 {
-		m.cost.WithLabelValues(rec.Route, app, model).Add(float64(rec.CostMicroUSD))
+		if ser.cost == nil {
+			ser.cost = m.cost.WithLabelValues(k.route, k.app, k.model)
+		}
+		ser.cost.Add(float64(rec.CostMicroUSD))
 	}
 }
 
-// appLabel is app's label value: its id for the first maxAppLabels
-// applications seen, otherLabel past them.
-func (m *usageMetrics) appLabel(app string) string {
+// appLabelLocked is app's label value: its id for the first maxAppLabels
+// applications seen, otherLabel past them. m.mu must be held.
+func (m *usageMetrics) appLabelLocked(app string) string {
 	if app == "" {
 		return noneLabel
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if _, ok := m.apps[app]; ok {
 		return app
 	}
