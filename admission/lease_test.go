@@ -85,6 +85,27 @@ func (h *leaseHarness) take() LeaseRequest {
 	}
 }
 
+// takeQueued advances the clock by QueuedRenew, as a queued request's
+// wake-up asks, and returns the renewal it brings. The renewal goroutine
+// re-arms its timer when it sees the wake-up, with a delay computed from
+// the clock it read: an Advance that lands in between moves the timer one
+// QueuedRenew later (a few nanoseconds on a real clock). So at most three
+// steps are taken, still well inside the regular period (leaseOpts: 300 ms
+// against a 1 s Renew).
+func (h *leaseHarness) takeQueued() LeaseRequest {
+	h.t.Helper()
+	for range 2 {
+		h.clk.Advance(leaseOpts.QueuedRenew)
+		select {
+		case r := <-h.fl.calls:
+			return r
+		case <-time.After(time.Second):
+		}
+	}
+	h.clk.Advance(leaseOpts.QueuedRenew)
+	return h.take()
+}
+
 // answer answers the renewal in flight and waits until the scheduler has
 // applied it.
 func (h *leaseHarness) answer(l Lease, err error) {
@@ -138,8 +159,7 @@ func TestLeaseFitsAndGrows(t *testing.T) {
 	// The lease (2) is full; the whole capacity (4) is not.
 	p := h.queue(Ticket{Target: "t", App: "b", InputTokens: 10})
 	// The queued request makes the scheduler renew within QueuedRenew with its demand.
-	h.clk.Advance(leaseOpts.QueuedRenew)
-	r := h.take()
+	r := h.takeQueued()
 	if r.Held != (Amount{Requests: 2, Tokens: 0}) || r.Demand != (Amount{Requests: 3, Tokens: 10}) {
 		t.Fatalf("renewal with a request queued: held %+v demand %+v; want 2 held, 3 (10 tokens) demanded", r.Held, r.Demand)
 	}
@@ -169,8 +189,7 @@ func TestLeaseShrinkWithoutPreemption(t *testing.T) {
 	p := h.queue(Ticket{Target: "t", App: "a"})
 	// Over its entitlement, the replica renews fast, reporting what it holds.
 	gs[0].Done(-1, -1)
-	h.clk.Advance(leaseOpts.QueuedRenew)
-	if r := h.take(); r.Held.Requests != 3 || r.Demand.Requests != 4 {
+	if r := h.takeQueued(); r.Held.Requests != 3 || r.Demand.Requests != 4 {
 		t.Fatalf("renewal while over the entitlement: %+v", r)
 	}
 	h.answer(grant(2, 0, 2), nil)
@@ -190,8 +209,7 @@ func TestLeaseTokens(t *testing.T) {
 	h.renew(grant(10, 300, 2), nil)
 	g := h.admit(Ticket{Target: "t", App: "a", InputTokens: 100, OutputBound: 100})
 	p := h.queue(Ticket{Target: "t", App: "a", InputTokens: 100, OutputBound: 100})
-	h.clk.Advance(leaseOpts.QueuedRenew)
-	if r := h.take(); r.Held.Tokens != 200 || r.Demand.Tokens != 400 {
+	if r := h.takeQueued(); r.Held.Tokens != 200 || r.Demand.Tokens != 400 {
 		t.Fatalf("renewal %+v; want 200 tokens held, 400 demanded", r)
 	}
 	h.answer(grant(10, 400, 2), nil)
@@ -332,8 +350,8 @@ func TestLeaseRenewalPeriod(t *testing.T) {
 	h.renew(grant(1, 0, 2), nil)
 	h.admit(Ticket{Target: "t", App: "a"})
 	h.queue(Ticket{Target: "t", App: "a"})
-	h.clk.Advance(leaseOpts.QueuedRenew) // the queued request's wake-up
-	h.renew(grant(1, 0, 2), nil)
+	h.takeQueued() // the queued request's wake-up
+	h.answer(grant(1, 0, 2), nil)
 	next, _ := h.clk.Next()
 	if got := next.Sub(h.clk.Now()); got != leaseOpts.QueuedRenew {
 		t.Fatalf("next renewal with work queued beyond the grant in %v; want %v", got, leaseOpts.QueuedRenew)
