@@ -1,0 +1,380 @@
+package admission
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"sluice/internal/clock"
+)
+
+// The simulation drives the real scheduler on a manual clock with the load
+// of `sluice bench fairness` (cmd/sluice/internal/fairbench) and an engine
+// whose sequences hold a request for its prefill plus its output at the
+// decode speed. One goroutine (the driver) makes every call in event order,
+// so a run is deterministic for its seed.
+
+const (
+	simRoleHot = iota
+	simRolePriority
+	simRoleVictim
+	simRoleHeavy
+	simRoleLight
+)
+
+var simRoleNames = [...]string{"hot", "priority", "victim", "heavy", "light"}
+
+// simLoad is the bench's load for an engine of seqs sequences at decode
+// tokens/s each.
+type simLoad struct {
+	tenants          int
+	seqs             int
+	kv               int64
+	decode, prefill  float64
+	unloaded, burst  time.Duration // the unloaded phase, then the burst
+	seed             uint64
+	progressEvery    int64
+	standardHeadroom float64
+}
+
+func (l simLoad) config() Config {
+	cfg := Config{
+		Targets: map[string]Capacity{up: {MaxConcurrent: l.seqs, MaxTokensInFlight: l.kv}},
+		Classes: map[string]Class{
+			DefaultClass: {DefaultDeadline: 60 * time.Second, MaxDeadline: 120 * time.Second},
+			"priority":   {ReservedShare: 0.1, MaxShare: 0.3, DefaultDeadline: 2 * time.Second, MaxDeadline: 5 * time.Second},
+		},
+		AppClasses: map[string]string{simTenant(1): "priority"},
+	}
+	return cfg
+}
+
+func simTenant(i int) string { return fmt.Sprintf("t%03d", i) }
+
+type simReq struct {
+	app     string
+	role    int
+	at      time.Duration
+	in, out int64
+	hangAt  int64 // > 0: the client leaves after this many tokens
+}
+
+func (l simLoad) plan() []*simReq {
+	capTok := float64(l.seqs) * l.decode
+	end := l.unloaded + l.burst
+	var reqs []*simReq
+	lights := l.tenants - 13
+	for i := 0; i < l.tenants; i++ {
+		rng := rand.New(rand.NewPCG(l.seed, uint64(i)))
+		poisson := func(role int, from, to time.Duration, rate float64, mk func() *simReq) {
+			at := from
+			for {
+				at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+				if at >= to {
+					return
+				}
+				q := mk()
+				q.app, q.role, q.at = simTenant(i), role, at
+				reqs = append(reqs, q)
+			}
+		}
+		switch {
+		case i == 0:
+			poisson(simRoleHot, l.unloaded, end, 0.6*capTok/256, func() *simReq { return &simReq{in: 1000, out: 256} })
+		case i == 1:
+			poisson(simRolePriority, 0, end, 0.5, func() *simReq { return &simReq{in: 200, out: 32} })
+		case i == 2:
+			poisson(simRoleVictim, 0, end, 1, func() *simReq { return &simReq{in: 300, out: 32} })
+		case i < 13:
+			j := i - 3
+			out := []int64{128, 256}[j%2]
+			in := []int64{200, 800, 1600}[j%3]
+			poisson(simRoleHeavy, l.unloaded, end, (0.08+0.01*float64(j))*capTok/float64(out), func() *simReq { return &simReq{in: in, out: out} })
+		default:
+			poisson(simRoleLight, 0, end, 0.3*capTok/72/float64(lights), func() *simReq {
+				q := &simReq{in: 100 + int64(rng.IntN(1400)), out: 16 + int64(rng.IntN(113))}
+				if rng.Float64() < 0.7 && rng.Float64() < 0.05 {
+					q.hangAt = 2 + int64(rng.IntN(7))
+				}
+				return q
+			})
+		}
+	}
+	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].at < reqs[b].at })
+	return reqs
+}
+
+type simEvent struct {
+	at   time.Duration
+	seq  int
+	kind int // 0 arrival, 1 progress, 2 done
+	req  *simReq
+	run  *simRun
+	out  int64
+}
+
+type simRun struct {
+	req   *simReq
+	g     Grant
+	start time.Duration
+}
+
+type simHeap []*simEvent
+
+func (h simHeap) Len() int { return len(h) }
+func (h simHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h simHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *simHeap) Push(x any)   { *h = append(*h, x.(*simEvent)) }
+func (h *simHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// simObserver signals each queued event to the driver.
+type simObserver struct{ queued chan struct{} }
+
+func (o simObserver) Observe(ev Event) {
+	if ev.Kind == EventQueued {
+		o.queued <- struct{}{}
+	}
+}
+
+type simPending struct {
+	req *simReq
+	g   Grant
+	err error
+}
+
+// simResult is what a run measured.
+type simResult struct {
+	waits     [5][]time.Duration // per role, requests sent during the burst that started (0: at once)
+	refused   [5]int
+	whyLower  int // releases, while a newcomer waited, that went to a backlogged flow with a lower counter
+	whyTie    int // ... to one with the same counter (the oldest request wins the tie)
+	whyOther  int // ... to another newcomer
+	whyNone   int // ... to nobody (the chosen request did not fit)
+	busyNs    float64
+	burstNs   float64
+	idleQueue float64 // slot-seconds free while requests waited, during the burst
+	releases  []simRelease
+	victims   []simVictim
+}
+
+type simRelease struct {
+	at  time.Duration
+	to  string // role of what started, or "lower"/"tie"
+	nq  int    // newcomers waiting
+}
+
+type simVictim struct{ at, wait time.Duration }
+
+func runSim(t *testing.T, l simLoad) simResult {
+	obs := simObserver{queued: make(chan struct{}, 1)}
+	clk := clock.NewManual(epoch)
+	s, err := New(l.config(), Options{Clock: clk, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := (*s.targets.Load())[up]
+	fin := make(chan *simPending, 1<<16)
+	var res simResult
+	var events simHeap
+	seq := 0
+	push := func(e *simEvent) { seq++; e.seq = seq; heap.Push(&events, e) }
+	for _, q := range l.plan() {
+		push(&simEvent{at: q.at, kind: 0, req: q})
+	}
+	newcomer := func(r int) bool { return r == simRoleVictim || r == simRoleLight }
+	roleOf := map[*flow]int{}
+	inBurst := func(at time.Duration) bool { return at >= l.unloaded && at < l.unloaded+l.burst }
+	startRun := func(p *simPending, now time.Duration) {
+		q := p.req
+		if p.err != nil {
+			if inBurst(q.at) {
+				res.refused[q.role]++
+			}
+			return
+		}
+		if inBurst(q.at) {
+			res.waits[q.role] = append(res.waits[q.role], p.g.Waited())
+			if q.role == simRoleVictim {
+				res.victims = append(res.victims, simVictim{q.at, p.g.Waited()})
+			}
+		}
+		run := &simRun{req: q, g: p.g, start: now}
+		prefill := time.Duration(float64(q.in) / l.prefill * float64(time.Second))
+		tok := time.Duration(float64(time.Second) / l.decode)
+		n := q.out
+		if q.hangAt > 0 {
+			n = q.hangAt
+		}
+		for k := l.progressEvery; k < n; k += l.progressEvery {
+			push(&simEvent{at: now + prefill + time.Duration(k)*tok, kind: 1, run: run, out: k})
+		}
+		push(&simEvent{at: now + prefill + time.Duration(n)*tok, kind: 2, run: run, out: n})
+	}
+	queued := func() int { tg.mu.Lock(); defer tg.mu.Unlock(); return tg.queued }
+	drain := func(n int, now time.Duration) {
+		for i := 0; i < n; i++ {
+			startRun(<-fin, now)
+		}
+	}
+	var last time.Duration
+	for events.Len() > 0 {
+		e := heap.Pop(&events).(*simEvent)
+		if e.at > l.unloaded+l.burst {
+			break
+		}
+		if inBurst(e.at) {
+			tg.mu.Lock()
+			dt := float64(e.at - last)
+			res.busyNs += dt * float64(tg.inFlight)
+			res.burstNs += dt
+			if tg.queued > 0 {
+				res.idleQueue += dt / 1e9 * float64(l.seqs-tg.inFlight)
+			}
+			tg.mu.Unlock()
+		}
+		last = e.at
+		before := queued()
+		clk.Set(epoch.Add(e.at))
+		drain(before-queued(), e.at)
+		now := e.at
+		switch e.kind {
+		case 0:
+			q := e.req
+			p := &simPending{req: q}
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			go func() {
+				p.g, p.err = s.Admit(ctx, Ticket{Target: up, App: q.app, InputTokens: q.in, OutputBound: q.out})
+				fin <- p
+			}()
+			select {
+			case got := <-fin:
+				startRun(got, now)
+			case <-obs.queued:
+			}
+			tg.mu.Lock()
+			f := tg.flows[flowKey{q.app, tg.set.class(q.app, "")}]
+			roleOf[f] = q.role
+			tg.mu.Unlock()
+		case 1:
+			e.run.g.Progress(e.out)
+		case 2:
+			tg.mu.Lock()
+			waitingNew, minNew := false, 0.0
+			for _, f := range tg.backlog {
+				if newcomer(roleOf[f]) && (!waitingNew || f.counter < minNew) {
+					waitingNew, minNew = true, f.counter
+				}
+			}
+			var chosen *flow
+			if waitingNew {
+				chosen = tg.pick()
+			}
+			tg.mu.Unlock()
+			before := queued()
+			e.run.g.Done(e.run.req.in, e.out)
+			n := before - queued()
+			if inBurst(now) {
+				nq := 0
+				tg.mu.Lock()
+				for _, f := range tg.backlog {
+					if newcomer(roleOf[f]) {
+						nq++
+					}
+				}
+				tg.mu.Unlock()
+				to := "heavy"
+				switch {
+				case !waitingNew:
+				case n == 0:
+					to = "none"
+				case newcomer(roleOf[chosen]):
+					to = "new"
+				case chosen.counter < minNew:
+					to = "lower-" + simRoleNames[roleOf[chosen]]
+				default:
+					to = "tie"
+				}
+				res.releases = append(res.releases, simRelease{at: now, to: to, nq: nq})
+			}
+			if waitingNew && inBurst(now) {
+				switch {
+				case n == 0:
+					res.whyNone++
+				case newcomer(roleOf[chosen]):
+					res.whyOther++
+				case chosen.counter < minNew:
+					res.whyLower++
+				default:
+					res.whyTie++
+				}
+			}
+			drain(n, now)
+		}
+	}
+	return res
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// TestSimulateBench is an exploration tool, not a check: with
+// SLUICE_ADMISSION_SIM=1 it runs the bench's load through the scheduler and
+// logs the newcomers' waits and why they waited.
+func TestSimulateBench(t *testing.T) {
+	if os.Getenv("SLUICE_ADMISSION_SIM") == "" {
+		t.Skip("set SLUICE_ADMISSION_SIM=1 to run the simulation")
+	}
+	l := simLoad{tenants: 200, seqs: 128, kv: 524288, decode: 50, prefill: 150000,
+		unloaded: 10 * time.Second, burst: 75 * time.Second, seed: 1, progressEvery: 16}
+	r := runSim(t, l)
+	for role, ws := range r.waits {
+		waited := 0
+		for _, w := range ws {
+			if w > 0 {
+				waited++
+			}
+		}
+		t.Logf("%-8s n %5d waited %5d refused %5d  p50 %v p90 %v p99 %v max %v", simRoleNames[role], len(ws), waited, r.refused[role],
+			quantile(ws, 0.5), quantile(ws, 0.9), quantile(ws, 0.99), quantile(ws, 1))
+	}
+	t.Logf("releases while a newcomer waited: to a lower counter %d, to a tie %d, to another newcomer %d, to nobody %d",
+		r.whyLower, r.whyTie, r.whyOther, r.whyNone)
+	if os.Getenv("SLUICE_ADMISSION_SIM") == "trace" {
+		worst := r.victims[0]
+		for _, v := range r.victims {
+			if v.wait > worst.wait {
+				worst = v
+			}
+		}
+		t.Logf("worst victim wait %v from %v", worst.wait, worst.at)
+		for _, rel := range r.releases {
+			if rel.at >= worst.at-200*time.Millisecond && rel.at <= worst.at+worst.wait+50*time.Millisecond {
+				t.Logf("  %v %s (newcomers waiting after: %d)", rel.at, rel.to, rel.nq)
+			}
+		}
+	}
+	t.Logf("mean in flight during the burst %.1f of %d; slot-seconds idle while requests waited %.1f",
+		r.busyNs/r.burstNs, l.seqs, r.idleQueue)
+}
