@@ -214,7 +214,7 @@ func (s *Scheduler) Admit(ctx context.Context, tk Ticket) (Grant, error) {
 	}
 	f := t.flow(tk.App, cls)
 	now := s.clock.Now()
-	if t.queued == 0 && t.fits(tokens, cls) {
+	if t.queued == 0 && t.fits(f, tokens) {
 		r := t.start(f, in, bound, tokens, now)
 		t.mu.Unlock()
 		return Grant{r: r, gen: r.gen}, nil

@@ -40,13 +40,14 @@ type simLoad struct {
 	seed             uint64
 	progressEvery    int64
 	standardHeadroom float64
+	varyHeavy        bool // the hot and heavy tenants' outputs vary (0.5 to 1.5 times theirs) instead of being fixed
 }
 
 func (l simLoad) config() Config {
 	cfg := Config{
 		Targets: map[string]Capacity{up: {MaxConcurrent: l.seqs, MaxTokensInFlight: l.kv}},
 		Classes: map[string]Class{
-			DefaultClass: {DefaultDeadline: 60 * time.Second, MaxDeadline: 120 * time.Second},
+			DefaultClass: {DefaultDeadline: 60 * time.Second, MaxDeadline: 120 * time.Second, BurstHeadroom: l.standardHeadroom},
 			"priority":   {ReservedShare: 0.1, MaxShare: 0.3, DefaultDeadline: 2 * time.Second, MaxDeadline: 5 * time.Second},
 		},
 		AppClasses: map[string]string{simTenant(1): "priority"},
@@ -85,7 +86,12 @@ func (l simLoad) plan() []*simReq {
 		}
 		switch {
 		case i == 0:
-			poisson(simRoleHot, l.unloaded, end, 0.6*capTok/256, func() *simReq { return &simReq{in: 1000, out: 256} })
+			poisson(simRoleHot, l.unloaded, end, 0.6*capTok/256, func() *simReq {
+				if l.varyHeavy {
+					return &simReq{in: 1000, out: 128 + int64(rng.IntN(257))}
+				}
+				return &simReq{in: 1000, out: 256}
+			})
 		case i == 1:
 			poisson(simRolePriority, 0, end, 0.5, func() *simReq { return &simReq{in: 200, out: 32} })
 		case i == 2:
@@ -94,7 +100,12 @@ func (l simLoad) plan() []*simReq {
 			j := i - 3
 			out := []int64{128, 256}[j%2]
 			in := []int64{200, 800, 1600}[j%3]
-			poisson(simRoleHeavy, l.unloaded, end, (0.08+0.01*float64(j))*capTok/float64(out), func() *simReq { return &simReq{in: in, out: out} })
+			poisson(simRoleHeavy, l.unloaded, end, (0.08+0.01*float64(j))*capTok/float64(out), func() *simReq {
+				if l.varyHeavy {
+					return &simReq{in: in, out: out/2 + int64(rng.IntN(int(out)+1))}
+				}
+				return &simReq{in: in, out: out}
+			})
 		default:
 			poisson(simRoleLight, 0, end, 0.3*capTok/72/float64(lights), func() *simReq {
 				q := &simReq{in: 100 + int64(rng.IntN(1400)), out: 16 + int64(rng.IntN(113))}
@@ -161,8 +172,7 @@ type simPending struct {
 type simResult struct {
 	waits     [5][]time.Duration // per role, requests sent during the burst that started (0: at once)
 	refused   [5]int
-	whyLower  int // releases, while a newcomer waited, that went to a backlogged flow with a lower counter
-	whyTie    int // ... to one with the same counter (the oldest request wins the tie)
+	whyLower  int // releases, while a newcomer waited, that went to a backlogged flow (lower counter or tie)
 	whyOther  int // ... to another newcomer
 	whyNone   int // ... to nobody (the chosen request did not fit)
 	busyNs    float64
@@ -173,9 +183,9 @@ type simResult struct {
 }
 
 type simRelease struct {
-	at  time.Duration
-	to  string // role of what started, or "lower"/"tie"
-	nq  int    // newcomers waiting
+	at time.Duration
+	to string // role of what started, or "lower"/"tie"
+	nq int    // newcomers waiting
 }
 
 type simVictim struct{ at, wait time.Duration }
@@ -224,6 +234,17 @@ func runSim(t *testing.T, l simLoad) simResult {
 			push(&simEvent{at: now + prefill + time.Duration(k)*tok, kind: 1, run: run, out: k})
 		}
 		push(&simEvent{at: now + prefill + time.Duration(n)*tok, kind: 2, run: run, out: n})
+	}
+	newcomersWaiting := func() int {
+		tg.mu.Lock()
+		defer tg.mu.Unlock()
+		nq := 0
+		for _, f := range tg.backlog {
+			if newcomer(roleOf[f]) {
+				nq++
+			}
+		}
+		return nq
 	}
 	queued := func() int { tg.mu.Lock(); defer tg.mu.Unlock(); return tg.queued }
 	drain := func(n int, now time.Duration) {
@@ -274,56 +295,37 @@ func runSim(t *testing.T, l simLoad) simResult {
 		case 1:
 			e.run.g.Progress(e.out)
 		case 2:
-			tg.mu.Lock()
-			waitingNew, minNew := false, 0.0
-			for _, f := range tg.backlog {
-				if newcomer(roleOf[f]) && (!waitingNew || f.counter < minNew) {
-					waitingNew, minNew = true, f.counter
-				}
-			}
-			var chosen *flow
-			if waitingNew {
-				chosen = tg.pick()
-			}
-			tg.mu.Unlock()
+			waitingNew := newcomersWaiting() > 0
 			before := queued()
 			e.run.g.Done(e.run.req.in, e.out)
 			n := before - queued()
+			started := make([]*simPending, 0, n)
+			for i := 0; i < n; i++ {
+				started = append(started, <-fin)
+			}
 			if inBurst(now) {
-				nq := 0
-				tg.mu.Lock()
-				for _, f := range tg.backlog {
-					if newcomer(roleOf[f]) {
-						nq++
+				to := "none"
+				for _, p := range started {
+					if p.err == nil {
+						to = simRoleNames[p.req.role]
 					}
 				}
-				tg.mu.Unlock()
-				to := "heavy"
-				switch {
-				case !waitingNew:
-				case n == 0:
-					to = "none"
-				case newcomer(roleOf[chosen]):
-					to = "new"
-				case chosen.counter < minNew:
-					to = "lower-" + simRoleNames[roleOf[chosen]]
-				default:
-					to = "tie"
+				if waitingNew {
+					switch {
+					case n == 0:
+						res.whyNone++
+					case to == "victim" || to == "light":
+						res.whyOther++
+					default:
+						res.whyLower++ // a backlogged flow's request, by counter or by tie
+					}
 				}
-				res.releases = append(res.releases, simRelease{at: now, to: to, nq: nq})
+				res.releases = append(res.releases, simRelease{at: now, to: to, nq: newcomersWaiting()})
 			}
-			if waitingNew && inBurst(now) {
-				switch {
-				case n == 0:
-					res.whyNone++
-				case newcomer(roleOf[chosen]):
-					res.whyOther++
-				case chosen.counter < minNew:
-					res.whyLower++
-				default:
-					res.whyTie++
-				}
+			for _, p := range started {
+				startRun(p, now)
 			}
+			n = 0
 			drain(n, now)
 		}
 	}
@@ -348,6 +350,13 @@ func TestSimulateBench(t *testing.T) {
 	}
 	l := simLoad{tenants: 200, seqs: 128, kv: 524288, decode: 50, prefill: 150000,
 		unloaded: 10 * time.Second, burst: 75 * time.Second, seed: 1, progressEvery: 16}
+	if v := os.Getenv("SLUICE_ADMISSION_SIM_HEADROOM"); v != "" {
+		fmt.Sscan(v, &l.standardHeadroom)
+	}
+	if v := os.Getenv("SLUICE_ADMISSION_SIM_SEED"); v != "" {
+		fmt.Sscan(v, &l.seed)
+	}
+	l.varyHeavy = os.Getenv("SLUICE_ADMISSION_SIM_VARY") != ""
 	r := runSim(t, l)
 	for role, ws := range r.waits {
 		waited := 0
@@ -359,8 +368,18 @@ func TestSimulateBench(t *testing.T) {
 		t.Logf("%-8s n %5d waited %5d refused %5d  p50 %v p90 %v p99 %v max %v", simRoleNames[role], len(ws), waited, r.refused[role],
 			quantile(ws, 0.5), quantile(ws, 0.9), quantile(ws, 0.99), quantile(ws, 1))
 	}
-	t.Logf("releases while a newcomer waited: to a lower counter %d, to a tie %d, to another newcomer %d, to nobody %d",
-		r.whyLower, r.whyTie, r.whyOther, r.whyNone)
+	t.Logf("releases while a newcomer waited: to a backlogged flow %d, to a newcomer %d, to nobody %d",
+		r.whyLower, r.whyOther, r.whyNone)
+	vs := append([]simVictim(nil), r.victims...)
+	sort.Slice(vs, func(i, j int) bool { return vs[i].wait > vs[j].wait })
+	for _, v := range vs[:min(6, len(vs))] {
+		t.Logf("victim waited %v from %v", v.wait, v.at)
+	}
+	cats := map[string]int{}
+	for _, rel := range r.releases {
+		cats[rel.to]++
+	}
+	t.Logf("release categories: %v", cats)
 	if os.Getenv("SLUICE_ADMISSION_SIM") == "trace" {
 		worst := r.victims[0]
 		for _, v := range r.victims {
