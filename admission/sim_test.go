@@ -287,6 +287,18 @@ func runSim(t *testing.T, l simLoad) simResult {
 			case got := <-fin:
 				startRun(got, now)
 			case <-obs.queued:
+				if q.role == simRoleVictim && os.Getenv("SLUICE_ADMISSION_SIM") == "trace" {
+					tg.mu.Lock()
+					f := tg.flows[flowKey{q.app, DefaultClass}]
+					line := fmt.Sprintf("victim queued at %v: counter %.0f running %d under share %v; in flight %d;", now, f.counter, f.running, tg.underFairShare(f), tg.inFlight)
+					for _, v := range tg.backlog {
+						if v != f && v.counter <= f.counter {
+							line += fmt.Sprintf(" %s(%s) %.0f running %d under %v;", v.key.app, simRoleNames[roleOf[v]], v.counter, v.running, tg.underFairShare(v))
+						}
+					}
+					tg.mu.Unlock()
+					t.Log(line)
+				}
 			}
 			tg.mu.Lock()
 			f := tg.flows[flowKey{q.app, tg.set.class(q.app, "")}]
@@ -396,4 +408,37 @@ func TestSimulateBench(t *testing.T) {
 	}
 	t.Logf("mean in flight during the burst %.1f of %d; slot-seconds idle while requests waited %.1f",
 		r.busyNs/r.burstNs, l.seqs, r.idleQueue)
+}
+
+// TestSimulatedHeadroom runs a shortened bench load with and without a
+// burst headroom: with it, light requests rarely wait while the backlogged
+// tenants fill the target, and the target is idle by about the headroom.
+func TestSimulatedHeadroom(t *testing.T) {
+	l := simLoad{tenants: 200, seqs: 128, kv: 524288, decode: 50, prefill: 150000,
+		unloaded: 5 * time.Second, burst: 20 * time.Second, seed: 1, progressEvery: 16}
+	waited := func(r simResult) (n, of int) {
+		for _, w := range r.waits[simRoleLight] {
+			if w > 0 {
+				n++
+			}
+		}
+		return n, len(r.waits[simRoleLight])
+	}
+	base := runSim(t, l)
+	l.standardHeadroom = 0.1
+	kept := runSim(t, l)
+	bw, bn := waited(base)
+	kw, kn := waited(kept)
+	busyBase, busyKept := base.busyNs/base.burstNs, kept.busyNs/kept.burstNs
+	t.Logf("light requests that waited: %d of %d without headroom, %d of %d with 0.1; mean in flight %.1f and %.1f",
+		bw, bn, kw, kn, busyBase, busyKept)
+	if bw < bn/2 {
+		t.Fatalf("without headroom %d of %d light requests waited; want most (the target is full)", bw, bn)
+	}
+	if kw*10 > kn {
+		t.Fatalf("with headroom 0.1, %d of %d light requests waited; want under a tenth", kw, kn)
+	}
+	if busyKept > busyBase || busyKept < 0.85*128 {
+		t.Fatalf("mean in flight %.1f with headroom, %.1f without; want less, and no less than 0.85 of 128", busyKept, busyBase)
+	}
 }
