@@ -19,15 +19,9 @@ import (
 // decode speed. One goroutine (the driver) makes every call in event order,
 // so a run is deterministic for its seed.
 
-const (
-	simRoleHot = iota
-	simRolePriority
-	simRoleVictim
-	simRoleHeavy
-	simRoleLight
-)
-
-var simRoleNames = [...]string{"hot", "priority", "victim", "heavy", "light"}
+// The tenants' roles, in order: tenant 0 is hot, 1 priority, 2 the victim,
+// 3 to 12 heavy, the rest light.
+var simRoles = []string{"hot", "priority", "victim", "heavy", "light"}
 
 // simLoad is the bench's load for an engine of seqs sequences at decode
 // tokens/s each.
@@ -59,7 +53,7 @@ func simTenant(i int) string { return fmt.Sprintf("t%03d", i) }
 
 type simReq struct {
 	app     string
-	role    int
+	role    string
 	at      time.Duration
 	in, out int64
 	hangAt  int64 // > 0: the client leaves after this many tokens
@@ -72,7 +66,7 @@ func (l simLoad) plan() []*simReq {
 	lights := l.tenants - 13
 	for i := 0; i < l.tenants; i++ {
 		rng := rand.New(rand.NewPCG(l.seed, uint64(i)))
-		poisson := func(role int, from, to time.Duration, rate float64, mk func() *simReq) {
+		poisson := func(role string, from, to time.Duration, rate float64, mk func() *simReq) {
 			at := from
 			for {
 				at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
@@ -86,28 +80,28 @@ func (l simLoad) plan() []*simReq {
 		}
 		switch {
 		case i == 0:
-			poisson(simRoleHot, l.unloaded, end, 0.6*capTok/256, func() *simReq {
+			poisson("hot", l.unloaded, end, 0.6*capTok/256, func() *simReq {
 				if l.varyHeavy {
 					return &simReq{in: 1000, out: 128 + int64(rng.IntN(257))}
 				}
 				return &simReq{in: 1000, out: 256}
 			})
 		case i == 1:
-			poisson(simRolePriority, 0, end, 0.5, func() *simReq { return &simReq{in: 200, out: 32} })
+			poisson("priority", 0, end, 0.5, func() *simReq { return &simReq{in: 200, out: 32} })
 		case i == 2:
-			poisson(simRoleVictim, 0, end, 1, func() *simReq { return &simReq{in: 300, out: 32} })
+			poisson("victim", 0, end, 1, func() *simReq { return &simReq{in: 300, out: 32} })
 		case i < 13:
 			j := i - 3
 			out := []int64{128, 256}[j%2]
 			in := []int64{200, 800, 1600}[j%3]
-			poisson(simRoleHeavy, l.unloaded, end, (0.08+0.01*float64(j))*capTok/float64(out), func() *simReq {
+			poisson("heavy", l.unloaded, end, (0.08+0.01*float64(j))*capTok/float64(out), func() *simReq {
 				if l.varyHeavy {
 					return &simReq{in: in, out: out/2 + int64(rng.IntN(int(out)+1))}
 				}
 				return &simReq{in: in, out: out}
 			})
 		default:
-			poisson(simRoleLight, 0, end, 0.3*capTok/72/float64(lights), func() *simReq {
+			poisson("light", 0, end, 0.3*capTok/72/float64(lights), func() *simReq {
 				q := &simReq{in: 100 + int64(rng.IntN(1400)), out: 16 + int64(rng.IntN(113))}
 				if rng.Float64() < 0.7 && rng.Float64() < 0.05 {
 					q.hangAt = 2 + int64(rng.IntN(7))
@@ -170,8 +164,8 @@ type simPending struct {
 
 // simResult is what a run measured.
 type simResult struct {
-	waits     [5][]time.Duration // per role, requests sent during the burst that started (0: at once)
-	refused   [5]int
+	waits     map[string][]time.Duration // per role, requests sent during the burst that started (0: at once)
+	refused   map[string]int
 	whyLower  int // releases, while a newcomer waited, that went to a backlogged flow (lower counter or tie)
 	whyOther  int // ... to another newcomer
 	whyNone   int // ... to nobody (the chosen request did not fit)
@@ -184,7 +178,7 @@ type simResult struct {
 
 type simRelease struct {
 	at time.Duration
-	to string // role of what started, or "lower"/"tie"
+	to string // the role of what started, or "none"
 	nq int    // newcomers waiting
 }
 
@@ -199,15 +193,15 @@ func runSim(t *testing.T, l simLoad) simResult {
 	}
 	tg := (*s.targets.Load())[up]
 	fin := make(chan *simPending, 1<<16)
-	var res simResult
+	res := simResult{waits: map[string][]time.Duration{}, refused: map[string]int{}}
 	var events simHeap
 	seq := 0
 	push := func(e *simEvent) { seq++; e.seq = seq; heap.Push(&events, e) }
 	for _, q := range l.plan() {
 		push(&simEvent{at: q.at, kind: 0, req: q})
 	}
-	newcomer := func(r int) bool { return r == simRoleVictim || r == simRoleLight }
-	roleOf := map[*flow]int{}
+	newcomer := func(r string) bool { return r == "victim" || r == "light" }
+	roleOf := map[*flow]string{}
 	inBurst := func(at time.Duration) bool { return at >= l.unloaded && at < l.unloaded+l.burst }
 	startRun := func(p *simPending, now time.Duration) {
 		q := p.req
@@ -219,7 +213,7 @@ func runSim(t *testing.T, l simLoad) simResult {
 		}
 		if inBurst(q.at) {
 			res.waits[q.role] = append(res.waits[q.role], p.g.Waited())
-			if q.role == simRoleVictim {
+			if q.role == "victim" {
 				res.victims = append(res.victims, simVictim{q.at, p.g.Waited()})
 			}
 		}
@@ -287,13 +281,13 @@ func runSim(t *testing.T, l simLoad) simResult {
 			case got := <-fin:
 				startRun(got, now)
 			case <-obs.queued:
-				if q.role == simRoleVictim && os.Getenv("SLUICE_ADMISSION_SIM") == "trace" {
+				if q.role == "victim" && os.Getenv("SLUICE_ADMISSION_SIM") == "trace" {
 					tg.mu.Lock()
 					f := tg.flows[flowKey{q.app, DefaultClass}]
 					line := fmt.Sprintf("victim queued at %v: counter %.0f running %d under share %v; in flight %d;", now, f.counter, f.running, tg.underFairShare(f), tg.inFlight)
 					for _, v := range tg.backlog {
 						if v != f && v.counter <= f.counter {
-							line += fmt.Sprintf(" %s(%s) %.0f running %d under %v;", v.key.app, simRoleNames[roleOf[v]], v.counter, v.running, tg.underFairShare(v))
+							line += fmt.Sprintf(" %s(%s) %.0f running %d under %v;", v.key.app, roleOf[v], v.counter, v.running, tg.underFairShare(v))
 						}
 					}
 					tg.mu.Unlock()
@@ -319,7 +313,7 @@ func runSim(t *testing.T, l simLoad) simResult {
 				to := "none"
 				for _, p := range started {
 					if p.err == nil {
-						to = simRoleNames[p.req.role]
+						to = p.req.role
 					}
 				}
 				if waitingNew {
@@ -337,8 +331,6 @@ func runSim(t *testing.T, l simLoad) simResult {
 			for _, p := range started {
 				startRun(p, now)
 			}
-			n = 0
-			drain(n, now)
 		}
 	}
 	return res
@@ -355,7 +347,13 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // TestSimulateBench is an exploration tool, not a check: with
 // SLUICE_ADMISSION_SIM=1 it runs the bench's load through the scheduler and
-// logs the newcomers' waits and why they waited.
+// logs each role's waits during the burst, whom the releases went to while
+// a light request or the victim waited, and the mean in flight.
+// SLUICE_ADMISSION_SIM=trace also logs the releases around the victim's
+// longest wait and the state each time the victim queues.
+// SLUICE_ADMISSION_SIM_HEADROOM sets the standard class's BurstHeadroom,
+// SLUICE_ADMISSION_SIM_SEED the seed, and SLUICE_ADMISSION_SIM_VARY=1 varies
+// the hot and heavy tenants' outputs (0.5 to 1.5 times theirs).
 func TestSimulateBench(t *testing.T) {
 	if os.Getenv("SLUICE_ADMISSION_SIM") == "" {
 		t.Skip("set SLUICE_ADMISSION_SIM=1 to run the simulation")
@@ -370,14 +368,15 @@ func TestSimulateBench(t *testing.T) {
 	}
 	l.varyHeavy = os.Getenv("SLUICE_ADMISSION_SIM_VARY") != ""
 	r := runSim(t, l)
-	for role, ws := range r.waits {
+	for _, role := range simRoles {
+		ws := r.waits[role]
 		waited := 0
 		for _, w := range ws {
 			if w > 0 {
 				waited++
 			}
 		}
-		t.Logf("%-8s n %5d waited %5d refused %5d  p50 %v p90 %v p99 %v max %v", simRoleNames[role], len(ws), waited, r.refused[role],
+		t.Logf("%-8s n %5d waited %5d refused %5d  p50 %v p90 %v p99 %v max %v", role, len(ws), waited, r.refused[role],
 			quantile(ws, 0.5), quantile(ws, 0.9), quantile(ws, 0.99), quantile(ws, 1))
 	}
 	t.Logf("releases while a newcomer waited: to a backlogged flow %d, to a newcomer %d, to nobody %d",
@@ -417,12 +416,12 @@ func TestSimulatedHeadroom(t *testing.T) {
 	l := simLoad{tenants: 200, seqs: 128, kv: 524288, decode: 50, prefill: 150000,
 		unloaded: 5 * time.Second, burst: 20 * time.Second, seed: 1, progressEvery: 16}
 	waited := func(r simResult) (n, of int) {
-		for _, w := range r.waits[simRoleLight] {
+		for _, w := range r.waits["light"] {
 			if w > 0 {
 				n++
 			}
 		}
-		return n, len(r.waits[simRoleLight])
+		return n, len(r.waits["light"])
 	}
 	base := runSim(t, l)
 	l.standardHeadroom = 0.1
