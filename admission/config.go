@@ -78,6 +78,18 @@ type Class struct {
 	// (ReasonQueueFull). One request may always wait, whatever its size.
 	// 0: no bound.
 	MaxQueuedWork float64
+	// BurstHeadroom is the fraction (0 to below 1) of each capacity bound
+	// that a flow of the class holding at least its fair share leaves free
+	// when it starts a request; flows holding less (an application whose
+	// requests have just arrived, or that sends little) may use it. It
+	// trades capacity (the headroom is idle while nobody below their share
+	// needs it) for the start latency of those flows when backlogged flows
+	// fill the target. A flow's fair share is its weight over the weights of
+	// the flows with requests running or queued on the target, in any
+	// class; what it holds is its dominant share of requests and tokens in
+	// flight. Each bound's headroom is rounded down to whole requests and
+	// tokens. 0: none (work conserving).
+	BurstHeadroom float64
 }
 
 // FieldError is a configuration problem at a field path such as
@@ -154,6 +166,9 @@ func (c *Config) Validate() error {
 		}
 		if math.IsNaN(cl.MaxQueuedWork) || cl.MaxQueuedWork < 0 || math.IsInf(cl.MaxQueuedWork, 0) {
 			add(f+".maxQueuedWork", "must be a non-negative number (0: no bound)")
+		}
+		if math.IsNaN(cl.BurstHeadroom) || cl.BurstHeadroom < 0 || cl.BurstHeadroom >= 1 {
+			add(f+".burstHeadroom", "must be at least 0 and below 1 (0: none)")
 		}
 	}
 	if total > 1+1e-9 {

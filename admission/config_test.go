@@ -36,6 +36,9 @@ func TestConfigValidate(t *testing.T) {
 			"a": {DefaultDeadline: -1}, "b": {MaxDeadline: -1}, "c": {DefaultDeadline: 3 * time.Second, MaxDeadline: time.Second},
 			"d": {MaxQueuedWork: -1}, "e": {MaxQueuedWork: math.Inf(1)}}},
 			want: []string{"classes.a.defaultDeadline", "classes.b.maxDeadline", "classes.c.defaultDeadline", "classes.d.maxQueuedWork", "classes.e.maxQueuedWork"}},
+		{name: "burst headroom", cfg: Config{Classes: map[string]Class{
+			"a": {BurstHeadroom: 0.05}, "b": {BurstHeadroom: -0.1}, "c": {BurstHeadroom: 1}, "d": {BurstHeadroom: math.NaN()}}},
+			want: []string{"classes.b.burstHeadroom", "classes.c.burstHeadroom", "classes.d.burstHeadroom"}},
 		{name: "unnamed class", cfg: Config{Classes: map[string]Class{"": {}}}, want: []string{"classes"}},
 		{name: "granted classes", cfg: Config{Classes: map[string]Class{"priority": {}},
 			AppClasses: map[string]string{"a": "priority", "b": DefaultClass, "c": "gold", "d": ""}},

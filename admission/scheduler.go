@@ -20,12 +20,14 @@
 // charged at admission (the estimate), output as the caller reports it
 // (Grant.Progress) and both are settled with the real usage (Grant.Done).
 // When capacity frees, the backlogged flow with the lowest counter starts its
-// oldest request. A flow that becomes backlogged has its counter lifted to
+// oldest request (ties: the flow with fewer requests running, then the oldest
+// request). A flow that becomes backlogged has its counter lifted to
 // the lowest counter among backlogged flows (or, with none, to the highest
 // counter of any flow: a busy period starts with everyone equal), so
 // idleness banks no credit. Starting is in strict
 // order: when the chosen request does not fit the free capacity, nothing
-// smaller overtakes it (a large request would otherwise starve).
+// smaller overtakes it (a large request would otherwise starve), except
+// around a burst headroom (below).
 //
 // # Classes
 //
@@ -34,7 +36,11 @@
 // while it has none, the share is lent out. Nothing running is ever
 // preempted, so a class reclaims its share as running requests end. A class
 // may also be capped (MaxShare), bound the work each application may queue
-// (MaxQueuedWork), and give requests a deadline for their start.
+// (MaxQueuedWork), give requests a deadline for their start, and keep a
+// burst headroom (BurstHeadroom): a fraction of the capacity that its flows
+// holding at least their fair share leave free, for flows holding less. When
+// the chosen request is held back by the headroom alone, the lowest-counter
+// flow whose request may start does. The headroom is not work conserving.
 //
 // # Deadlines and expected start
 //
@@ -214,7 +220,7 @@ func (s *Scheduler) Admit(ctx context.Context, tk Ticket) (Grant, error) {
 	}
 	f := t.flow(tk.App, cls)
 	now := s.clock.Now()
-	if t.queued == 0 && t.fits(tokens, cls) {
+	if t.queued == 0 && t.fits(f, tokens) {
 		r := t.start(f, in, bound, tokens, now)
 		t.mu.Unlock()
 		return Grant{r: r, gen: r.gen}, nil

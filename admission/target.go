@@ -34,7 +34,8 @@ type flow struct {
 	qWork   float64 // work queued (input and output bound, weighted)
 	qTokens int64   // tokens queued
 	running int
-	bidx    int // index in target.backlog, -1 when not backlogged
+	tokens  int64 // tokens in flight held by its running requests
+	bidx    int   // index in target.backlog, -1 when not backlogged
 }
 
 // classState is one class's accounting on one target.
@@ -93,6 +94,8 @@ type target struct {
 	clsList  []*classState // by name: a deterministic order for ties
 	backlog  []*flow
 	vmax     float64 // the highest counter of any flow (the lift when nobody is backlogged)
+	active   int     // flows with requests running or queued
+	activeW  float64 // the sum of their weights (the fair share's denominator)
 	holds    holdEstimate
 	free     []*running
 	lease    *leaseState // nil: the whole capacity is this process's
@@ -124,8 +127,12 @@ func (t *target) reconfigure(set *settings, capy Capacity, limited bool) {
 		t.clsList = append(t.clsList, cs)
 	}
 	sort.Slice(t.clsList, func(i, j int) bool { return t.clsList[i].name < t.clsList[j].name })
+	t.activeW = 0
 	for _, f := range t.flows {
 		f.weight = set.weight(f.key.app)
+		if f.active() {
+			t.activeW += f.weight
+		}
 	}
 	if s := t.s; s.ledger != nil && !s.closed {
 		switch {
@@ -172,8 +179,16 @@ func (t *target) canEverFit(tokens int64, cls *classState) bool {
 	return tokens <= ceil
 }
 
-// fits reports whether a request of tokens in cls may start now.
-func (t *target) fits(tokens int64, cls *classState) bool {
+// fits reports whether a request of tokens of flow f may start now: it fits
+// the capacity (fitsCapacity) and, when f's class keeps a burst headroom and
+// f holds at least its fair share, it leaves the headroom free.
+func (t *target) fits(f *flow, tokens int64) bool {
+	return t.fitsCapacity(tokens, f.cls) && t.clearsHeadroom(f, tokens)
+}
+
+// fitsCapacity reports whether a request of tokens in cls fits the free
+// capacity, the class's MaxShare and the lease.
+func (t *target) fitsCapacity(tokens int64, cls *classState) bool {
 	if !t.limited {
 		return true
 	}
@@ -214,6 +229,62 @@ func (t *target) usage(cls *classState) float64 {
 	return u
 }
 
+// clearsHeadroom reports whether a request of tokens of flow f may start
+// under its class's BurstHeadroom: always when the class keeps none or f
+// holds less than its fair share; otherwise only if it leaves the headroom
+// of each bound free.
+func (t *target) clearsHeadroom(f *flow, tokens int64) bool {
+	h := f.cls.cfg.BurstHeadroom
+	if h <= 0 || !t.limited || t.underFairShare(f) {
+		return true
+	}
+	slots, toks := t.room()
+	if c := t.capy.MaxConcurrent; c > 0 && t.inFlight+1 > slots-int(h*float64(c)) {
+		return false
+	}
+	if m := t.capy.MaxTokensInFlight; m > 0 && t.tokens+tokens > toks-int64(h*float64(m)) {
+		return false
+	}
+	return true
+}
+
+// underFairShare reports whether flow f holds (its dominant share of
+// requests and tokens in flight) less than its fair share of the capacity:
+// its weight over the weights of the flows with requests running or queued,
+// its own included.
+func (t *target) underFairShare(f *flow) bool {
+	w := t.activeW
+	if !f.active() {
+		w += f.weight
+	}
+	held := 0.0
+	if c := t.capy.MaxConcurrent; c > 0 {
+		held = float64(f.running) / float64(c)
+	}
+	if m := t.capy.MaxTokensInFlight; m > 0 {
+		held = max(held, float64(f.tokens)/float64(m))
+	}
+	return held < f.weight/w
+}
+
+func (f *flow) active() bool { return f.running > 0 || len(f.queue) > 0 }
+
+// activity keeps the active flows' weight current after f's running or
+// queued requests changed; was is whether f was active before.
+func (t *target) activity(f *flow, was bool) {
+	switch now := f.active(); {
+	case now && !was:
+		t.active++
+		t.activeW += f.weight
+	case was && !now:
+		t.active--
+		t.activeW -= f.weight
+		if t.active == 0 {
+			t.activeW = 0 // no float residue
+		}
+	}
+}
+
 func (t *target) belowShare(cls *classState) bool {
 	return cls.cfg.ReservedShare > 0 && t.usage(cls) < cls.cfg.ReservedShare
 }
@@ -231,12 +302,15 @@ func (t *target) newRunning() *running {
 func (t *target) start(f *flow, in, bound, tokens int64, now time.Time) *running {
 	r := t.newRunning()
 	r.flow, r.in, r.out, r.tokens, r.start = f, in, 0, tokens, now
+	was := f.active()
 	t.inFlight++
 	t.tokens += tokens
 	f.cls.inFlight++
 	f.cls.tokens += tokens
 	f.cls.admitted++
 	f.running++
+	f.tokens += tokens
+	t.activity(f, was)
 	t.charge(f, t.set.wIn*float64(in))
 	return r
 }
@@ -250,11 +324,14 @@ func (t *target) charge(f *flow, work float64) {
 // finish releases r's capacity and starts whatever now fits.
 func (t *target) finish(r *running, now time.Time) {
 	f := r.flow
+	was := f.active()
 	t.inFlight--
 	t.tokens -= r.tokens
 	f.cls.inFlight--
 	f.cls.tokens -= r.tokens
 	f.running--
+	f.tokens -= r.tokens
+	t.activity(f, was)
 	t.holds.observe(now, now.Sub(r.start), r.tokens)
 	r.gen++
 	r.flow = nil
@@ -312,11 +389,38 @@ func (t *target) lowest(only *classState) *flow {
 		if !t.underCeiling(f.cls, f.queue[0].tokens) {
 			continue
 		}
-		if best == nil || f.counter < best.counter || (f.counter == best.counter && f.queue[0].seq < best.queue[0].seq) {
+		if best == nil || before(f, best) {
 			best = f
 		}
 	}
 	return best
+}
+
+// lowestStartable is the backlogged flow with the lowest counter whose
+// oldest request may start now, or nil.
+func (t *target) lowestStartable() *flow {
+	var best *flow
+	for _, f := range t.backlog {
+		if (best == nil || before(f, best)) && t.fits(f, f.queue[0].tokens) {
+			best = f
+		}
+	}
+	return best
+}
+
+// before reports whether backlogged flow f comes before g in the fair
+// order: the lower counter; on a tie the flow with fewer requests running
+// (a flow that has just become backlogged is lifted to the lowest counter,
+// and should not lose the tie to the flow it was lifted to), then the
+// oldest request.
+func before(f, g *flow) bool {
+	if f.counter != g.counter {
+		return f.counter < g.counter
+	}
+	if f.running != g.running {
+		return f.running < g.running
+	}
+	return f.queue[0].seq < g.queue[0].seq
 }
 
 // underCeiling reports whether cls may add a request of tokens under its MaxShare.
@@ -338,10 +442,18 @@ func (t *target) dispatch(now time.Time) {
 		if f == nil {
 			return
 		}
-		w := f.queue[0]
-		if !t.fits(w.tokens, f.cls) {
-			return
+		if !t.fits(f, f.queue[0].tokens) {
+			// Strict order, except around the burst headroom: when the
+			// chosen request is held back only by its class's headroom,
+			// the flows that may use the headroom start in fair order.
+			if !t.fitsCapacity(f.queue[0].tokens, f.cls) {
+				return
+			}
+			if f = t.lowestStartable(); f == nil {
+				return
+			}
 		}
+		w := f.queue[0]
 		t.unqueue(w)
 		w.state = waitGranted
 		if w.timer != nil {
@@ -354,6 +466,7 @@ func (t *target) dispatch(now time.Time) {
 
 func (t *target) enqueue(w *waiter) {
 	f := w.flow
+	defer t.activity(f, f.active())
 	if len(f.queue) == 0 {
 		f.bidx = len(t.backlog)
 		t.backlog = append(t.backlog, f)
@@ -368,6 +481,7 @@ func (t *target) enqueue(w *waiter) {
 
 func (t *target) unqueue(w *waiter) {
 	f := w.flow
+	defer t.activity(f, f.active())
 	for i, q := range f.queue {
 		if q == w {
 			copy(f.queue[i:], f.queue[i+1:])

@@ -188,6 +188,11 @@ type AdmissionClass struct {
 	// output bound times outputWeight) one application may have waiting in
 	// the class on one provider (0: no bound).
 	MaxQueuedWork float64 `yaml:"maxQueuedWork"`
+	// BurstHeadroom is the fraction (0 to below 1) of each capacity bound
+	// that an application of the class holding at least its fair share
+	// leaves free when it starts a request, for applications holding less
+	// (0: none; docs/fairness.md#burst-headroom).
+	BurstHeadroom float64 `yaml:"burstHeadroom"`
 }
 
 // Auth is the credential header the gateway adds upstream.

@@ -64,7 +64,7 @@ func FromDeployment(d *deployment.Deployment) (admission.Config, error) {
 			cfg.Classes[name] = admission.Class{
 				ReservedShare: c.ReservedShare, MaxShare: c.MaxShare,
 				DefaultDeadline: c.DefaultDeadline.D(), MaxDeadline: c.MaxDeadline.D(),
-				MaxQueuedWork: c.MaxQueuedWork,
+				MaxQueuedWork: c.MaxQueuedWork, BurstHeadroom: c.BurstHeadroom,
 			}
 		}
 	}

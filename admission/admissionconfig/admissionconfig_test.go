@@ -26,7 +26,7 @@ func TestFromDeployment(t *testing.T) {
   inputWeight: 1
   outputWeight: 3
   classes:
-    standard: {maxQueuedWork: 4e5, defaultDeadline: 30s, maxDeadline: 120s}
+    standard: {maxQueuedWork: 4e5, defaultDeadline: 30s, maxDeadline: 120s, burstHeadroom: 0.05}
     priority: {reservedShare: 0.3, maxShare: 0.6, defaultDeadline: 2s, maxDeadline: 5s, maxQueuedWork: 50000}
 `), "a.yaml")
 	if err != nil {
@@ -43,7 +43,7 @@ func TestFromDeployment(t *testing.T) {
 		t.Errorf("weights %v %v", cfg.InputWeight, cfg.OutputWeight)
 	}
 	want := admission.Class{ReservedShare: 0.3, MaxShare: 0.6, DefaultDeadline: 2 * time.Second, MaxDeadline: 5 * time.Second, MaxQueuedWork: 50000}
-	if cfg.Classes["priority"] != want || cfg.Classes["standard"].MaxQueuedWork != 4e5 {
+	if cfg.Classes["priority"] != want || cfg.Classes["standard"].MaxQueuedWork != 4e5 || cfg.Classes["standard"].BurstHeadroom != 0.05 {
 		t.Errorf("classes %+v", cfg.Classes)
 	}
 	if len(cfg.Weights) != 2 || cfg.Weights["app-a"] != 2 || cfg.Weights["app-c"] != 0.5 {

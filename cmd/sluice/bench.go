@@ -31,6 +31,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Out, "out", "", "directory for summary.json and the plots (required)")
 	fs.StringVar(&o.Capacity, "capacity", fairbench.DefaultCapacity, "the engine's capacity (sluice mock-llm --capacity syntax)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the load")
+	fs.Float64Var(&o.BurstHeadroom, "burst-headroom", 0, "fair mode: the standard class's burstHeadroom (0 to below 1; 0: none)")
 	if code, ok := parseFlags(fs, "sluice bench fairness --tenants N --duration D --mode fifo|rpm|fair --out DIR", args[1:], stdout, stderr); !ok {
 		return code
 	}

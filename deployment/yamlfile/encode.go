@@ -215,7 +215,7 @@ func admissionTree(a *deployment.Admission) obj {
 			for _, kv := range []struct {
 				k string
 				v float64
-			}{{"reservedShare", c.ReservedShare}, {"maxShare", c.MaxShare}, {"maxQueuedWork", c.MaxQueuedWork}} {
+			}{{"reservedShare", c.ReservedShare}, {"maxShare", c.MaxShare}, {"maxQueuedWork", c.MaxQueuedWork}, {"burstHeadroom", c.BurstHeadroom}} {
 				if kv.v != 0 {
 					co.add(kv.k, number(kv.v))
 				}

@@ -31,7 +31,7 @@ func doc() *deployment.Deployment {
 		Admission: &deployment.Admission{InputWeight: 1, OutputWeight: 3, Classes: map[string]deployment.AdmissionClass{
 			"priority": {ReservedShare: 0.25, MaxShare: 0.5, DefaultDeadline: deployment.Duration(2 * time.Second),
 				MaxDeadline: deployment.Duration(90 * time.Millisecond * 100), MaxQueuedWork: 5e4},
-			"standard": {MaxQueuedWork: 1e6}}},
+			"standard": {MaxQueuedWork: 1e6, BurstHeadroom: 0.05}}},
 		Routes: []deployment.Route{{Name: "openai", Context: "/openai", Provider: "openai", Policies: []deployment.PolicyEntry{
 			{Name: "api-key-auth", Version: "v1", Params: map[string]any{"applications": []any{"app-1"}}},
 			{Name: "x", Version: "v1", Resources: &deployment.Resources{Exclude: []string{"/embeddings"}},

@@ -57,6 +57,9 @@ type Options struct {
 	// Capacity is the engine's (mockllm.ParseCapacity syntax).
 	Capacity string
 	Seed     uint64
+	// BurstHeadroom is the standard class's burstHeadroom in fair mode
+	// (0: none).
+	BurstHeadroom float64
 	// Progress receives the progress bar (nil: none); Terminal says it is
 	// one (else the bar is redrawn every 15 s, as lines).
 	Progress io.Writer
@@ -142,6 +145,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if o.BurstHeadroom < 0 || o.BurstHeadroom >= 1 {
+		return fmt.Errorf("--burst-headroom %g: at least 0 and below 1", o.BurstHeadroom)
+	}
 	if capy.DecodeTPS <= 0 || capy.KVTokens <= 0 {
 		return fmt.Errorf("--capacity %s: the bench needs a decode speed and a KV bound", o.Capacity)
 	}
@@ -175,7 +181,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		tenants[i] = &tenant{idx: i, id: tenantID(i), role: role, rng: rand.New(rand.NewPCG(o.Seed, uint64(i)))}
 	}
-	doc := deploymentDoc(o.Mode, mockURL, capy, tenants)
+	doc := deploymentDoc(o.Mode, mockURL, capy, tenants, o.BurstHeadroom)
 	d, err := yamlfile.ParseRendered([]byte(doc), "fairbench.yaml")
 	if err != nil {
 		return fmt.Errorf("the bench's deployment: %w", err)
@@ -212,7 +218,7 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // deploymentDoc is the bench's deployment for mode.
-func deploymentDoc(mode, mockURL string, capy mockllm.Capacity, tenants []*tenant) string {
+func deploymentDoc(mode, mockURL string, capy mockllm.Capacity, tenants []*tenant, headroom float64) string {
 	var b strings.Builder
 	capYAML := ""
 	if mode == ModeFair {
@@ -243,11 +249,15 @@ applications:
 		fmt.Fprintf(&b, "      - {name: basic-ratelimit, params: {consumerBased: true, limits: [{requests: %d, duration: 1m}]}}\n", rpmLimit(capy, len(tenants)))
 	case ModeFair:
 		b.WriteString("      - {name: fair-admission}\n")
+		std := ""
+		if headroom > 0 {
+			std = fmt.Sprintf(", burstHeadroom: %g", headroom)
+		}
 		fmt.Fprintf(&b, `admission:
   classes:
-    standard: {defaultDeadline: 60s, maxDeadline: 120s}
+    standard: {defaultDeadline: 60s, maxDeadline: 120s%s}
     priority: {reservedShare: 0.1, maxShare: 0.3, defaultDeadline: %s, maxDeadline: 5s}
-`, deployment.Duration(priorityDeadline))
+`, std, deployment.Duration(priorityDeadline))
 	}
 	return b.String()
 }

@@ -23,13 +23,16 @@ func TestDeploymentDoc(t *testing.T) {
 		tenants[i] = &tenant{idx: i, id: tenantID(i), role: []int{roleHot, rolePriority, roleVictim}[min(i, 2)]}
 	}
 	for _, mode := range []string{ModeFIFO, ModeRPM, ModeFair} {
-		doc := deploymentDoc(mode, "http://127.0.0.1:9", capy, tenants)
+		doc := deploymentDoc(mode, "http://127.0.0.1:9", capy, tenants, 0.05)
 		d, err := yamlfile.ParseRendered([]byte(doc), mode+".yaml")
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", mode, err, doc)
 		}
 		if err := policies.Check(d, builtin.Registry()); err != nil {
 			t.Fatalf("%s: %v", mode, err)
+		}
+		if mode == ModeFair && d.Admission.Classes["standard"].BurstHeadroom != 0.05 {
+			t.Errorf("fair: the standard class's burstHeadroom %v; want 0.05", d.Admission.Classes["standard"].BurstHeadroom)
 		}
 		if got := strings.Contains(doc, "fair-admission"); got != (mode == ModeFair) {
 			t.Errorf("%s: fair-admission in the chain: %v", mode, got)

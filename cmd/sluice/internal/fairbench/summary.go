@@ -23,6 +23,8 @@ type Summary struct {
 	Capacity string     `json:"capacity"`
 	Seed     uint64     `json:"seed"`
 	Burst    [2]float64 `json:"burst_s"` // start and end of the hot burst, seconds into the run
+	// BurstHeadroom is the standard class's burstHeadroom (fair mode; 0: none).
+	BurstHeadroom float64 `json:"burst_headroom,omitempty"`
 
 	// JainIndex is Jain's index of the token work (input + 2 x output)
 	// admitted per 10s window of the burst among the backlogged tenants of
@@ -112,7 +114,7 @@ func (res *result) tokenTimes(fn func(at time.Duration)) {
 func (r *runner) summarize() (*Summary, error) {
 	ph := r.ph
 	s := &Summary{Command: r.opts.Command, Mode: r.opts.Mode, Tenants: len(r.tenants), Duration: r.opts.Duration.String(), Capacity: r.capy.String(),
-		Seed: r.opts.Seed, Burst: [2]float64{ph.burstStart.Seconds(), ph.burstEnd.Seconds()},
+		Seed: r.opts.Seed, BurstHeadroom: r.opts.BurstHeadroom, Burst: [2]float64{ph.burstStart.Seconds(), ph.burstEnd.Seconds()},
 		RefusedBy: map[string]int{}, Roles: map[string]Stats{}, PerTenant: map[string]Stats{}}
 	type acc struct {
 		st              Stats
