@@ -244,7 +244,7 @@ func TestTornTailRepaired(t *testing.T) {
 		},
 		{
 			name:   "partial frame header",
-			damage: func(t *testing.T, path string, size int64) { appendBytes(t, path, []byte{0x40, 0x01, 0}) },
+			damage: func(t *testing.T, path string, size int64) { appendBytes(t, path, []byte{0x40, 0x01, 0x02}) },
 			keep:   10, cutBytes: 3,
 		},
 		{
@@ -260,9 +260,11 @@ func TestTornTailRepaired(t *testing.T) {
 			keep: 10, cutBytes: 10,
 		},
 		{
-			name:   "zeros after the last frame (preallocated, never written)",
-			damage: func(t *testing.T, path string, size int64) { appendBytes(t, path, make([]byte, 4096)) },
-			keep:   10, cutBytes: 4096,
+			name: "a zero length, then bytes (a copy cut before its first bytes)",
+			damage: func(t *testing.T, path string, size int64) {
+				appendBytes(t, path, append(make([]byte, 4096), 1, 2, 3))
+			},
+			keep: 10, cutBytes: 4099,
 		},
 		{
 			name:   "bad CRC in a middle frame: the rest of the segment goes",
@@ -487,7 +489,7 @@ func TestAppendsShareAWrite(t *testing.T) {
 					t.Fatal(err)
 				}
 				if fail {
-					metertest.FailWrites(t, &s.mu, &s.f)
+					failAppends(t, s)
 				}
 				errs := metertest.AppendQueued(&s.mu, s.gc.Queued, queued, func(i int) error {
 					return s.Append(record(i))
