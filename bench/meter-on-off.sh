@@ -10,7 +10,10 @@
 #
 # Environment (defaults in brackets): DURATION [10s], WARMUP [2s], CONNS [64],
 # ROUNDS [3], CONFIG [bench/fullchain.yaml], SINK [jsonl; none: the access log
-# alone], SLUICE [empty: build ./cmd/sluice; a path: that binary],
+# alone; spool: the platform sink, records to the spool and shipped to
+# bench/platformstub, which serves both gateways their deployment (so both
+# run as platform gateways) and discards the batches],
+# SLUICE [empty: build ./cmd/sluice; a path: that binary],
 # EXTRA_ON, EXTRA_OFF [empty: YAML lines added under the meter-on and the
 # meter-off deployment's top level, e.g. a tracing section].
 set -euo pipefail
@@ -44,19 +47,30 @@ trap 'exit 130' INT TERM
 
 if [[ -n "${SLUICE:-}" ]]; then cp "$SLUICE" "$work/sluice"; else go build -o "$work/sluice" ./cmd/sluice; fi
 go build -o "$work/loadgen" ./bench/loadgen
+[[ "$SINK" == spool ]] && go build -o "$work/platformstub" ./bench/platformstub
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 mock_port=$(port)
 on_port=$(port)
 off_port=$(port)
+stub_port=$(port)
 
-if [[ "$SINK" == jsonl ]]; then
-	meter_on="meter: {sink: jsonl, jsonl: {path: $work/usage.jsonl}}"
-else
-	meter_on="meter: {sink: none}"
-fi
+case "$SINK" in
+jsonl) meter_on="meter: {sink: jsonl, jsonl: {path: $work/usage.jsonl}}" ;;
+spool) meter_on="meter: {sink: platform}" ;;
+*) meter_on="meter: {sink: none}" ;;
+esac
 { cat "$CONFIG"; echo "$meter_on"; echo "${EXTRA_ON:-}"; } >"$work/on.yaml"
 { cat "$CONFIG"; echo 'meter: {sink: none, accessLog: "off"}'; echo "${EXTRA_OFF:-}"; } >"$work/off.yaml"
+if [[ "$SINK" == spool ]]; then
+	# The platform serves rendered documents: no environment expansion.
+	for side in on off; do
+		sed -i "s|\${SLUICE_BENCH_UPSTREAM}|http://127.0.0.1:$mock_port|g" "$work/$side.yaml"
+	done
+	"$work/platformstub" -listen "127.0.0.1:$stub_port" -doc "on=$work/on.yaml" -doc "off=$work/off.yaml" >"$work/stub.log" 2>&1 &
+	pids+=($!)
+	"$work/loadgen" -wait "http://127.0.0.1:$stub_port/healthz"
+fi
 
 "$work/sluice" mock-llm --listen "127.0.0.1:$mock_port" >"$work/mock.log" 2>&1 &
 pids+=($!)
@@ -64,8 +78,13 @@ pids+=($!)
 for side in on off; do
 	p=$on_port
 	[[ $side == off ]] && p=$off_port
-	SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
-		"$work/sluice" gateway --config "$work/$side.yaml" --listen "127.0.0.1:$p" >"$work/$side.out" 2>"$work/$side.log" &
+	if [[ "$SINK" == spool ]]; then
+		"$work/sluice" gateway --platform "http://127.0.0.1:$stub_port" --token "$side" --cache "$work/$side-cache" \
+			--listen "127.0.0.1:$p" >"$work/$side.out" 2>"$work/$side.log" &
+	else
+		SLUICE_BENCH_UPSTREAM="http://127.0.0.1:$mock_port" \
+			"$work/sluice" gateway --config "$work/$side.yaml" --listen "127.0.0.1:$p" >"$work/$side.out" 2>"$work/$side.log" &
+	fi
 	pids+=($!)
 	gwpid[$side]=$!
 	"$work/loadgen" -wait "http://127.0.0.1:$p/readyz" || { cat "$work/$side.log" >&2; exit 1; }
@@ -93,7 +112,14 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "access log lines: $(grep -c 'msg=access' "$work/on.log" || true); records: $(if [[ -f $work/usage.jsonl ]]; then wc -l <"$work/usage.jsonl"; else echo 0; fi)"
+if [[ "$SINK" == spool ]]; then
+	records="$(curl -s "http://127.0.0.1:$stub_port/stub/usage") shipped"
+elif [[ -f $work/usage.jsonl ]]; then
+	records=$(wc -l <"$work/usage.jsonl")
+else
+	records=0
+fi
+echo "access log lines: $(grep -c 'msg=access' "$work/on.log" || true); records: $records"
 tick_us=$((1000000 / $(getconf CLK_TCK)))
 secs=$(( ${DURATION%s} + ${WARMUP%s} ))
 awk -v tick_us="$tick_us" -v secs="$secs" '

@@ -164,11 +164,16 @@ func (p position) after(q position) bool {
 // the batch's own and stay valid after Ack.
 type Batch struct {
 	Records [][]byte
+	lines   []byte
 	end     position
 }
 
 // Len is the number of records in the batch.
 func (b Batch) Len() int { return len(b.Records) }
+
+// Lines is the batch as JSON lines: every record followed by a newline, the
+// bytes Records point into (the batch's own; do not modify them).
+func (b Batch) Lines() []byte { return b.lines }
 
 type segment struct {
 	seq     uint64
@@ -206,6 +211,7 @@ type Spool struct {
 	readMu sync.Mutex
 	rf     *os.File // the segment Next read last
 	rfSeq  uint64
+	br     *bufio.Reader // Next's read buffer
 	ackMu  sync.Mutex
 
 	syncer *filesync.Syncer // SyncInterval only
@@ -562,8 +568,20 @@ func (s *Spool) Next(max int) (Batch, error) {
 	s.mu.Unlock()
 
 	var b Batch
-	var data []byte
 	var ends []int
+	// One allocation for the batch's bytes in the common case: the unread
+	// frames, at most max of the segments' average size.
+	var unread, frames int64
+	for _, seg := range segs {
+		if seg.seq >= pos.seq {
+			unread += seg.size - segmentHeaderSize
+			frames += seg.records
+		}
+	}
+	if frames > 0 {
+		unread = min(unread, int64(max)*(unread/frames+1))
+	}
+	data := make([]byte, 0, unread)
 	for _, seg := range segs {
 		if len(ends) >= max {
 			break
@@ -584,16 +602,19 @@ func (s *Spool) Next(max int) (Batch, error) {
 		}
 	}
 	start := 0
+	b.Records = make([][]byte, 0, len(ends))
 	for _, end := range ends {
 		b.Records = append(b.Records, data[start:end:end])
-		start = end
+		start = end + 1 // after the newline
 	}
+	b.lines = data
 	b.end = pos
 	return b, nil
 }
 
 // readSegment appends to data the payloads of seg from pos up to seg.size
-// (at most max records in all), and returns the position after the last one.
+// (at most max records in all), each followed by a newline, with the end of
+// each payload in ends, and returns the position after the last one.
 // A segment deleted meanwhile (dropped for the bound) is skipped; a damaged
 // frame ends the segment (counted, logged).
 func (s *Spool) readSegment(seg segment, pos position, max int, data []byte, ends []int) ([]byte, []int, position, error) {
@@ -604,7 +625,12 @@ func (s *Spool) readSegment(seg segment, pos position, max int, data []byte, end
 	if err != nil {
 		return data, ends, pos, err
 	}
-	r := bufio.NewReaderSize(io.NewSectionReader(f, pos.off, seg.size-pos.off), defaultBatchReadBuf)
+	if s.br == nil {
+		s.br = bufio.NewReaderSize(nil, defaultBatchReadBuf)
+	}
+	r := s.br
+	r.Reset(io.NewSectionReader(f, pos.off, seg.size-pos.off))
+	defer r.Reset(nil)
 	var hdr [frameHeaderSize]byte
 	for len(ends) < max && pos.off < seg.size {
 		start := len(data)
@@ -617,10 +643,10 @@ func (s *Spool) readSegment(seg segment, pos position, max int, data []byte, end
 				"dir", s.dir, "segment", seg.seq, "offset", pos.off, "err", err)
 			return data[:start], ends, position{seq: seg.seq, off: seg.size, n: seg.records}, nil
 		}
-		data = payload
-		ends = append(ends, len(data))
-		pos.off += int64(frameHeaderSize + len(data) - start)
+		ends = append(ends, len(payload))
+		pos.off += int64(frameHeaderSize + len(payload) - start)
 		pos.n++
+		data = append(payload, '\n')
 	}
 	return data, ends, pos, nil
 }
