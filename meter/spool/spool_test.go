@@ -695,3 +695,26 @@ func flipByte(t *testing.T, path string, off int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestBatchLines: a batch's Lines are its records, each followed by a
+// newline, across segments; Records stay each record's own bytes.
+func TestBatchLines(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{Sync: meter.SyncNone, SegmentBytes: 4 << 10})
+	appendN(t, s, 0, 30) // several segments
+	for _, max := range []int{1, 7, 30, 100} {
+		b, err := s.Next(max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []byte
+		for i := range min(max, 30) {
+			want = append(record(i).AppendJSON(want), '\n')
+		}
+		if got := string(b.Lines()); got != string(want) {
+			t.Errorf("Next(%d).Lines() = %q, want %q", max, got, want)
+		}
+		if got := ids(t, b); !slices.Equal(got, idRange(0, min(max, 30))) {
+			t.Errorf("Next(%d) records %v", max, got)
+		}
+	}
+}
