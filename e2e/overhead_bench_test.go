@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -133,7 +134,9 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 // meter off (`meter: {sink: none, accessLog: off}`), with the access log
 // alone (text, at info, to a file; written line by line, and batched as
 // sluice gateway writes it), with the access log and the usage records in a
-// JSON lines file, and with the meter off and tracing on (an
+// JSON lines file, with the access log and the platform sink (the spool,
+// shipped by its shipper to a sender that discards), and with the meter off
+// and tracing on (an
 // OTLP/HTTP exporter to a local receiver that discards): the differences
 // are metering's and tracing's per-request cost (docs/benchmarks.md §12).
 func BenchmarkHandlerMetering(b *testing.B) {
@@ -150,14 +153,20 @@ func BenchmarkHandlerMetering(b *testing.B) {
 		{name: "accesslog-unbuffered", meter: `meter: {sink: none}`, log: true},
 		{name: "accesslog", meter: `meter: {sink: none}`, log: true, buffered: true},
 		{name: "jsonl+accesslog", meter: `meter: {sink: jsonl, jsonl: {path: "%s"}}`, log: true, buffered: true},
+		{name: "spool+accesslog", meter: `meter: {sink: platform, spool: {dir: "%s"}}`, log: true, buffered: true},
 		{name: "off+tracing", meter: `meter: {sink: none, accessLog: "off"}`, trace: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			dir := b.TempDir()
 			doc := append(deploymentYAML("http://upstream.invalid"), '\n')
-			if strings.Contains(v.meter, "%s") {
+			var mo app.MeterOptions
+			switch {
+			case strings.Contains(v.meter, "spool"):
+				doc = fmt.Appendf(doc, v.meter, filepath.Join(dir, "spool"))
+				mo.Platform = discardSender{}
+			case strings.Contains(v.meter, "%s"):
 				doc = fmt.Appendf(doc, v.meter, filepath.Join(dir, "usage.jsonl"))
-			} else {
+			default:
 				doc = append(doc, v.meter...)
 			}
 			dep, err := yamlfile.Parse(doc, "metering benchmark deployment")
@@ -189,6 +198,7 @@ func BenchmarkHandlerMetering(b *testing.B) {
 				Services:  app.Services{Logger: slog.New(slog.DiscardHandler), AccessLog: access, Tokens: tokencount.New()},
 				Transport: canned,
 				Tracing:   app.TracingOptions{Enabled: v.trace},
+				Meter:     mo,
 			})
 			if err != nil {
 				b.Fatal(err)
@@ -207,6 +217,12 @@ func BenchmarkHandlerMetering(b *testing.B) {
 		})
 	}
 }
+
+// discardSender is a platform that takes every batch of usage records and
+// keeps none.
+type discardSender struct{}
+
+func (discardSender) Send(context.Context, []byte) error { return nil }
 
 // processCPU is the process's user and system CPU time so far, in ns.
 func processCPU(b *testing.B) int64 {

@@ -119,9 +119,9 @@ func registerMeterMetrics(reg *prometheus.Registry, sp *spool.Spool, sh *ship.Sh
 		counter("sluice_meter_spool_appended_total", "Usage records appended to the spool.", func() uint64 { return sp.Stats().Appended }),
 		counter("sluice_meter_spool_dropped_records_total", "Usage records dropped unshipped because the spool reached its bound (each drop is logged).", func() uint64 { return sp.Stats().DroppedRecords }),
 		counter("sluice_meter_spool_append_errors_total", "Failed spool appends (I/O errors).", func() uint64 { return sp.Stats().AppendErrors }),
-		counter("sluice_meter_spool_writes_total", "write(2) calls that appended usage records to the spool (concurrent appends share one).", func() uint64 { return sp.Stats().Writes }),
+		counter("sluice_meter_spool_writes_total", "Writes that appended usage records to the spool (copies into the memory-mapped segment on Linux; concurrent appends share one).", func() uint64 { return sp.Stats().Writes }),
 		gauge("sluice_meter_spool_pending_records", "Usage records in the spool not acknowledged by the platform yet.", func() int64 { return sp.Stats().Pending }),
-		gauge("sluice_meter_spool_bytes", "Size of the spool's segment files.", func() int64 { return sp.Stats().Bytes }),
+		gauge("sluice_meter_spool_bytes", "Bytes written to the spool's segment files (not the active segment's preallocated, unwritten part).", func() int64 { return sp.Stats().Bytes }),
 		counter("sluice_meter_shipped_records_total", "Usage records the platform acknowledged.", func() uint64 { return sh.Stats().Sent }),
 		counter("sluice_meter_ship_errors_total", "Failed sends of usage batches to the platform (retried).", func() uint64 { return sh.Stats().SendErrors }),
 	} {

@@ -23,8 +23,8 @@ import (
 )
 
 // Sender delivers one batch: body is JSON lines (one record per line, as
-// meter.Record.AppendJSON encodes it). A nil error means the platform
-// stored (or had stored) every record of it.
+// meter.Record.AppendJSON encodes it), which Send must not modify. A nil
+// error means the platform stored (or had stored) every record of it.
 type Sender interface {
 	Send(ctx context.Context, body []byte) error
 }
@@ -66,7 +66,10 @@ type Options struct {
 	// Batch is the most records sent at once (default 1000; the platform
 	// takes at most 5000).
 	Batch int
-	// Idle is the wait between polls of an empty spool (default 200ms).
+	// Idle is the wait after a batch shorter than Batch, or an empty spool,
+	// before the next read (default 200ms): under load, records gather into
+	// batches instead of each few paying a send and an Ack (the ack file's
+	// write and fsyncs). After a full batch the next is read at once.
 	Idle time.Duration
 	// MinBackoff and MaxBackoff bound the wait after a failed send
 	// (defaults 250ms and 30s; doubling).
@@ -131,7 +134,7 @@ func (s *Shipper) Run(ctx context.Context) {
 			wait = backoff
 			s.o.Logger.Warn("usage records not shipped; retrying", "error", err, "retry_in", wait.String(),
 				"pending", s.sp.Stats().Pending)
-		case n > 0:
+		case n >= s.o.Batch:
 			backoff, wait = 0, 0
 		default:
 			backoff = 0
@@ -171,16 +174,8 @@ func (s *Shipper) shipOne(ctx context.Context) (int, error) {
 	if b.Len() == 0 {
 		return 0, nil
 	}
-	size := 0
-	for _, r := range b.Records {
-		size += len(r) + 1
-	}
-	body := make([]byte, 0, size)
-	for _, r := range b.Records {
-		body = append(append(body, r...), '\n')
-	}
 	sctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-	err = s.to.Send(sctx, body)
+	err = s.to.Send(sctx, b.Lines())
 	cancel()
 	if err != nil {
 		s.errs.Add(1)

@@ -75,11 +75,16 @@ func (s *Spool) recover() error {
 		}
 	}
 	if n := len(s.segs); n > 0 && s.segs[n-1].size < s.opt.SegmentBytes {
-		f, err := os.OpenFile(s.segmentPath(s.segs[n-1].seq), os.O_WRONLY|os.O_APPEND, 0)
+		f, err := os.OpenFile(s.segmentPath(s.segs[n-1].seq), os.O_RDWR, 0)
 		if err != nil {
 			return fmt.Errorf("spool: %w", err)
 		}
-		s.f = f
+		m, err := mapSegment(f, s.capacity())
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("spool: %w", err)
+		}
+		s.f, s.m = f, m
 	}
 	if s.stats.Repairs > 0 || len(s.segs) > 0 {
 		s.log.Info("spool: opened", "dir", s.dir, "segments", len(s.segs), "bytes", s.total,
@@ -125,8 +130,10 @@ func parseAck(b []byte) (position, bool) {
 	return position{seq: seq, off: off}, true
 }
 
-// scanSegment reads every frame of segment seq and truncates the file after
-// the last whole one. With target >= 0 it also returns the last frame
+// scanSegment reads every frame of segment seq, up to a zero length or a
+// damaged frame, and truncates the file after the last whole one: zeros to
+// the end of the file (a preallocated segment) end the frames; anything else
+// there is a torn tail, counted and logged. With target >= 0 it also returns the last frame
 // boundary at or before target (the acknowledged position). A file shorter
 // than the header that holds a prefix of it (a crash while creating the
 // segment) is removed and reported with size 0; a file with another header
@@ -181,17 +188,57 @@ func (s *Spool) scanSegment(seq uint64, target int64) (segment, position, error)
 		}
 	}
 	if seg.size < size {
-		if err := f.Truncate(seg.size); err != nil {
-			return segment{}, position{}, fmt.Errorf("spool: cutting the torn tail of %s: %w", path, err)
+		// Zeros after the frames are a preallocated segment's unwritten
+		// part: cut, never counted. What is torn ends at the last non-zero
+		// byte.
+		torn, err := dataEnd(f, seg.size, size)
+		if err != nil {
+			return segment{}, position{}, fmt.Errorf("spool: %w", err)
 		}
+		if err := f.Truncate(seg.size); err != nil {
+			return segment{}, position{}, fmt.Errorf("spool: cutting the tail of %s: %w", path, err)
+		}
+		if torn == seg.size {
+			s.warnAckBoundary(path, target, boundary)
+			return seg, boundary, nil
+		}
+		size = torn
 		s.stats.Repairs++
 		s.stats.RepairedBytes += uint64(size - seg.size)
 		s.log.Warn("spool: cut a torn tail", "path", path, "offset", seg.size, "bytes", size-seg.size,
 			"records_kept", seg.records, "reason", frameErr)
 	}
+	s.warnAckBoundary(path, target, boundary)
+	return seg, boundary, nil
+}
+
+// warnAckBoundary logs an acknowledged position (target >= 0) that is not
+// the frame boundary found before it: the records after the boundary are
+// delivered again.
+func (s *Spool) warnAckBoundary(path string, target int64, boundary position) {
 	if target >= 0 && boundary.off != target {
 		s.log.Warn("spool: the acknowledged position is not a record boundary, delivering again from the one before it",
 			"path", path, "acked_offset", target, "offset", boundary.off)
 	}
-	return seg, boundary, nil
+}
+
+// dataEnd returns the offset after the last non-zero byte of f in [off,
+// end), off when there is none.
+func dataEnd(f *os.File, off, end int64) (int64, error) {
+	last := off
+	buf := make([]byte, min(end-off, defaultBatchReadBuf))
+	for off < end {
+		n, err := f.ReadAt(buf[:min(end-off, int64(len(buf)))], off)
+		for i := n - 1; i >= 0; i-- {
+			if buf[i] != 0 {
+				last = off + int64(i) + 1
+				break
+			}
+		}
+		if err != nil {
+			return 0, err
+		}
+		off += int64(n)
+	}
+	return last, nil
 }

@@ -13,17 +13,26 @@
 //
 // Guarantees:
 //
+// The active segment is preallocated: on Linux it is extended to its
+// capacity (sparse) and memory-mapped, and frames are copied into the
+// mapping (mmap_linux.go); a zero length marks the end of the frames. A
+// sealed segment is truncated to its frames.
+//
 //   - A record for which Append returned nil survives kill -9 of the process:
-//     the frame was handed to the kernel by a write(2) before Append
-//     returned (the frames of concurrent Appends share one write, see
+//     its frame was in the page cache (copied into the shared mapping, or
+//     handed to the kernel by a write(2) outside Linux) before Append
+//     returned (the frames of concurrent Appends are copied together, see
 //     groupcommit). Options.Sync decides what survives a power loss.
 //   - Open repairs what a crash left: a torn tail (a partial frame, a bad
-//     CRC) is truncated at the last whole frame, counted (Stats.Repairs) and
-//     logged; no earlier record is lost.
+//     CRC, bytes after the zero length that ends the frames) is truncated at
+//     the last whole frame, counted (Stats.Repairs) and logged; no earlier
+//     record is lost. Zeros after the last frame (a preallocated segment)
+//     are the end of the frames, not a repair.
 //   - At least once: Next returns records from the oldest unacknowledged one;
 //     after a crash, the records after the last durable Ack are returned
 //     again. The platform deduplicates by record id.
-//   - Bounded: the segment files never exceed Options.MaxBytes. When an Append
+//   - Bounded: the segments' frames (bytes written, headers included, not the
+//     preallocated zeros) never exceed Options.MaxBytes. When an Append
 //     would pass the bound, the oldest segments are deleted even if
 //     unacknowledged; their records and bytes are counted (Stats.Dropped*)
 //     and each drop is logged at warn. Append never waits for the shipper.
@@ -78,6 +87,10 @@ var (
 	ErrTooLarge = errors.New("spool: record larger than MaxRecordBytes")
 )
 
+// errEndOfFrames is a zero frame length: in a preallocated segment, the end
+// of what was written.
+var errEndOfFrames = errors.New("frame length 0: the end of the frames")
+
 // Options configure a spool. The zero value is valid: 256 MiB, SyncInterval
 // every second, no logging.
 type Options struct {
@@ -105,14 +118,16 @@ type Stats struct {
 	// AppendErrors counts the Append calls that failed (I/O errors,
 	// ErrTooLarge).
 	AppendErrors uint64
-	// Writes counts the write(2) calls that appended frames: concurrent
+	// Writes counts the writes that appended frames (copies into the
+	// mapped segment on Linux, pwrite(2) calls elsewhere): concurrent
 	// Appends share one.
 	Writes uint64
 	// Acked counts the records acknowledged.
 	Acked uint64
 	// Pending is the number of records on disk not acknowledged yet.
 	Pending int64
-	// Bytes is the segment files' total size; Segments their number.
+	// Bytes is the bytes written to the segment files (headers and frames,
+	// not the active segment's preallocated zeros); Segments their number.
 	Bytes    int64
 	Segments int
 	// Drops counts the segments deleted because of MaxBytes while holding
@@ -149,11 +164,16 @@ func (p position) after(q position) bool {
 // the batch's own and stay valid after Ack.
 type Batch struct {
 	Records [][]byte
+	lines   []byte
 	end     position
 }
 
 // Len is the number of records in the batch.
 func (b Batch) Len() int { return len(b.Records) }
+
+// Lines is the batch as JSON lines: every record followed by a newline, the
+// bytes Records point into (the batch's own; do not modify them).
+func (b Batch) Lines() []byte { return b.lines }
 
 type segment struct {
 	seq     uint64
@@ -180,7 +200,8 @@ type Spool struct {
 	mu      sync.Mutex
 	closed  bool
 	segs    []segment // oldest first; the last is active when f != nil
-	f       *os.File  // the active segment, opened for append
+	f       *os.File  // the active segment, opened for reading and writing
+	m       []byte    // the active segment's mapping (nil outside Linux)
 	total   int64     // sum of segs' sizes
 	records int64     // sum of segs' records
 	cursor  position  // oldest unacknowledged record; cursor.seq == segs[0].seq
@@ -190,6 +211,7 @@ type Spool struct {
 	readMu sync.Mutex
 	rf     *os.File // the segment Next read last
 	rfSeq  uint64
+	br     *bufio.Reader // Next's read buffer
 	ackMu  sync.Mutex
 
 	syncer *filesync.Syncer // SyncInterval only
@@ -249,8 +271,15 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// Append writes r to the active segment. It returns once the frame is handed
-// to the kernel (and fsynced, with SyncAlways). When the spool is full it
+// capacity is the size the active segment is preallocated to: SegmentBytes,
+// or one frame of MaxRecordBytes when larger (a segment's first frame goes
+// in whatever its size).
+func (s *Spool) capacity() int64 {
+	return max(s.opt.SegmentBytes, segmentHeaderSize+frameHeaderSize+MaxRecordBytes)
+}
+
+// Append writes r to the active segment. It returns once the frame is in the
+// page cache (and fsynced, with SyncAlways). When the spool is full it
 // first deletes the oldest segments; it never waits for the shipper.
 func (s *Spool) Append(r *meter.Record) error {
 	err := s.gc.Append(func(dst []byte) ([]byte, error) {
@@ -275,7 +304,7 @@ func (s *Spool) Append(r *meter.Record) error {
 // the rotation exactly as for Appends one at a time: frames that go, one
 // after the other, to the active segment with no rotation and no drop
 // (fitsLocked: makeRoomLocked would do nothing for them) are written by one
-// write(2); before any other frame, the frames so far are written and
+// write; before any other frame, the frames so far are written and
 // makeRoomLocked runs for that frame alone.
 func (s *Spool) flush(buf []byte, ends []int) (int, error) {
 	s.mu.Lock()
@@ -420,23 +449,22 @@ func (s *Spool) logDrops(drops []drop) {
 }
 
 // writeLocked writes frames, the given number of whole frames, to the
-// active segment in one write(2).
+// active segment in one write (writeFrames).
 func (s *Spool) writeLocked(frames []byte, records int) error {
 	active := &s.segs[len(s.segs)-1]
 	s.stats.Writes++
-	n, err := s.f.Write(frames)
-	if err != nil {
-		if n > 0 {
-			if terr := s.f.Truncate(active.size); terr != nil {
-				// The partial frame stays on disk; the segment ends, in
-				// memory, before it (Open cuts it) and the next record goes
-				// to a new segment.
-				s.log.Error("spool: cutting a partial write", "dir", s.dir, "segment", active.seq, "err", terr)
-				s.sealLocked()
-			}
+	if err := writeFrames(s.f, s.m, active.size, frames); err != nil {
+		seq := active.seq
+		if cerr := cutFrames(s.f, active.size, s.capacity()); cerr != nil {
+			// The partial frame may stay on disk; the segment ends, in
+			// memory, before it (Open cuts it) and the next record goes to
+			// a new segment.
+			s.log.Error("spool: cutting a partial write", "dir", s.dir, "segment", seq, "err", cerr)
+			s.sealLocked()
 		}
-		return fmt.Errorf("spool: writing segment %d: %w", active.seq, err)
+		return fmt.Errorf("spool: writing segment %d: %w", seq, err)
 	}
+	n := len(frames)
 	active.size += int64(n)
 	active.records += int64(records)
 	s.total += int64(n)
@@ -453,16 +481,29 @@ func (s *Spool) writeLocked(frames []byte, records int) error {
 	return nil
 }
 
-// sealLocked closes the active segment for writing. With SyncInterval the
-// file goes to the syncer, which fsyncs and closes it.
+// sealLocked closes the active segment for writing: unmapped and truncated
+// to its frames. With SyncInterval the file goes to the syncer, which fsyncs
+// and closes it.
 func (s *Spool) sealLocked() {
 	if s.f == nil {
 		return
+	}
+	if err := s.releaseActiveLocked(); err != nil {
+		s.log.Error("spool: sealing a segment", "dir", s.dir, "err", err)
 	}
 	if err := s.syncer.Retire(s.f); err != nil {
 		s.log.Error("spool: closing a segment", "dir", s.dir, "err", err)
 	}
 	s.f = nil
+}
+
+// releaseActiveLocked unmaps the active segment and truncates it to its
+// frames (a failed truncate leaves zeros after them, which Open reads as
+// their end).
+func (s *Spool) releaseActiveLocked() error {
+	err := unmapSegment(s.m)
+	s.m = nil
+	return errors.Join(err, s.f.Truncate(s.segs[len(s.segs)-1].size))
 }
 
 // ensureActiveLocked creates a new active segment when there is none.
@@ -474,11 +515,18 @@ func (s *Spool) ensureActiveLocked() error {
 	if len(s.segs) > 0 {
 		seq = s.segs[len(s.segs)-1].seq + 1
 	}
-	f, err := os.OpenFile(s.segmentPath(seq), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o640)
+	f, err := os.OpenFile(s.segmentPath(seq), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
 		return fmt.Errorf("spool: creating segment %d: %w", seq, err)
 	}
-	if _, err := f.Write(segmentMagic[:]); err != nil {
+	// The header first: a file torn before its header is whole is removed
+	// at Open; once it is, the zeros after it are an empty segment.
+	_, err = f.Write(segmentMagic[:])
+	var m []byte
+	if err == nil {
+		m, err = mapSegment(f, s.capacity())
+	}
+	if err != nil {
 		f.Close()
 		os.Remove(f.Name())
 		return fmt.Errorf("spool: creating segment %d: %w", seq, err)
@@ -492,7 +540,7 @@ func (s *Spool) ensureActiveLocked() error {
 	case meter.SyncInterval:
 		s.syncer.DirChanged(s.dir)
 	}
-	s.f = f
+	s.f, s.m = f, m
 	s.segs = append(s.segs, segment{seq: seq, size: segmentHeaderSize})
 	s.total += segmentHeaderSize
 	if len(s.segs) == 1 {
@@ -520,8 +568,20 @@ func (s *Spool) Next(max int) (Batch, error) {
 	s.mu.Unlock()
 
 	var b Batch
-	var data []byte
 	var ends []int
+	// One allocation for the batch's bytes in the common case: the unread
+	// frames, at most max of the segments' average size.
+	var unread, frames int64
+	for _, seg := range segs {
+		if seg.seq >= pos.seq {
+			unread += seg.size - segmentHeaderSize
+			frames += seg.records
+		}
+	}
+	if frames > 0 {
+		unread = min(unread, int64(max)*(unread/frames+1))
+	}
+	data := make([]byte, 0, unread)
 	for _, seg := range segs {
 		if len(ends) >= max {
 			break
@@ -542,16 +602,19 @@ func (s *Spool) Next(max int) (Batch, error) {
 		}
 	}
 	start := 0
+	b.Records = make([][]byte, 0, len(ends))
 	for _, end := range ends {
 		b.Records = append(b.Records, data[start:end:end])
-		start = end
+		start = end + 1 // after the newline
 	}
+	b.lines = data
 	b.end = pos
 	return b, nil
 }
 
 // readSegment appends to data the payloads of seg from pos up to seg.size
-// (at most max records in all), and returns the position after the last one.
+// (at most max records in all), each followed by a newline, with the end of
+// each payload in ends, and returns the position after the last one.
 // A segment deleted meanwhile (dropped for the bound) is skipped; a damaged
 // frame ends the segment (counted, logged).
 func (s *Spool) readSegment(seg segment, pos position, max int, data []byte, ends []int) ([]byte, []int, position, error) {
@@ -562,7 +625,12 @@ func (s *Spool) readSegment(seg segment, pos position, max int, data []byte, end
 	if err != nil {
 		return data, ends, pos, err
 	}
-	r := bufio.NewReaderSize(io.NewSectionReader(f, pos.off, seg.size-pos.off), defaultBatchReadBuf)
+	if s.br == nil {
+		s.br = bufio.NewReaderSize(nil, defaultBatchReadBuf)
+	}
+	r := s.br
+	r.Reset(io.NewSectionReader(f, pos.off, seg.size-pos.off))
+	defer r.Reset(nil)
 	var hdr [frameHeaderSize]byte
 	for len(ends) < max && pos.off < seg.size {
 		start := len(data)
@@ -575,10 +643,10 @@ func (s *Spool) readSegment(seg segment, pos position, max int, data []byte, end
 				"dir", s.dir, "segment", seg.seq, "offset", pos.off, "err", err)
 			return data[:start], ends, position{seq: seg.seq, off: seg.size, n: seg.records}, nil
 		}
-		data = payload
-		ends = append(ends, len(data))
-		pos.off += int64(frameHeaderSize + len(data) - start)
+		ends = append(ends, len(payload))
+		pos.off += int64(frameHeaderSize + len(payload) - start)
 		pos.n++
+		data = append(payload, '\n')
 	}
 	return data, ends, pos, nil
 }
@@ -589,7 +657,10 @@ func readFrame(r io.Reader, hdr *[frameHeaderSize]byte, dst []byte) ([]byte, err
 		return dst, fmt.Errorf("frame header: %w", err)
 	}
 	n := binary.LittleEndian.Uint32(hdr[0:4])
-	if n == 0 || n > MaxRecordBytes {
+	if n == 0 {
+		return dst, errEndOfFrames
+	}
+	if n > MaxRecordBytes {
 		return dst, fmt.Errorf("frame length %d out of range", n)
 	}
 	start := len(dst)
@@ -749,7 +820,7 @@ func (s *Spool) Close() error {
 	defer s.mu.Unlock()
 	var err error
 	if s.f != nil {
-		err = filesync.Close(s.f, s.opt.Sync != meter.SyncNone)
+		err = errors.Join(s.releaseActiveLocked(), filesync.Close(s.f, s.opt.Sync != meter.SyncNone))
 		s.f = nil
 	}
 	s.closeFiles()
@@ -758,6 +829,8 @@ func (s *Spool) Close() error {
 
 // closeFiles closes every handle and releases the lock.
 func (s *Spool) closeFiles() {
+	unmapSegment(s.m)
+	s.m = nil
 	if s.f != nil {
 		s.f.Close()
 		s.f = nil

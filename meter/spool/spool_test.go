@@ -244,7 +244,7 @@ func TestTornTailRepaired(t *testing.T) {
 		},
 		{
 			name:   "partial frame header",
-			damage: func(t *testing.T, path string, size int64) { appendBytes(t, path, []byte{0x40, 0x01, 0}) },
+			damage: func(t *testing.T, path string, size int64) { appendBytes(t, path, []byte{0x40, 0x01, 0x02}) },
 			keep:   10, cutBytes: 3,
 		},
 		{
@@ -260,9 +260,11 @@ func TestTornTailRepaired(t *testing.T) {
 			keep: 10, cutBytes: 10,
 		},
 		{
-			name:   "zeros after the last frame (preallocated, never written)",
-			damage: func(t *testing.T, path string, size int64) { appendBytes(t, path, make([]byte, 4096)) },
-			keep:   10, cutBytes: 4096,
+			name: "a zero length, then bytes (a copy cut before its first bytes)",
+			damage: func(t *testing.T, path string, size int64) {
+				appendBytes(t, path, append(make([]byte, 4096), 1, 2, 3))
+			},
+			keep: 10, cutBytes: 4099,
 		},
 		{
 			name:   "bad CRC in a middle frame: the rest of the segment goes",
@@ -487,7 +489,7 @@ func TestAppendsShareAWrite(t *testing.T) {
 					t.Fatal(err)
 				}
 				if fail {
-					metertest.FailWrites(t, &s.mu, &s.f)
+					failAppends(t, s)
 				}
 				errs := metertest.AppendQueued(&s.mu, s.gc.Queued, queued, func(i int) error {
 					return s.Append(record(i))
@@ -691,5 +693,28 @@ func flipByte(t *testing.T, path string, off int64) {
 	b[off] ^= 0x20
 	if err := os.WriteFile(path, b, 0o640); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchLines: a batch's Lines are its records, each followed by a
+// newline, across segments; Records stay each record's own bytes.
+func TestBatchLines(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{Sync: meter.SyncNone, SegmentBytes: 4 << 10})
+	appendN(t, s, 0, 30) // several segments
+	for _, max := range []int{1, 7, 30, 100} {
+		b, err := s.Next(max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []byte
+		for i := range min(max, 30) {
+			want = append(record(i).AppendJSON(want), '\n')
+		}
+		if got := string(b.Lines()); got != string(want) {
+			t.Errorf("Next(%d).Lines() = %q, want %q", max, got, want)
+		}
+		if got := ids(t, b); !slices.Equal(got, idRange(0, min(max, 30))) {
+			t.Errorf("Next(%d) records %v", max, got)
+		}
 	}
 }
