@@ -3,8 +3,7 @@
 // records and the budget alerts, for a period and filters; CSV exports.
 // Reads only GET /usage (the rollups) and /usage/records (docs/platform.md
 // "Usage"), and /alerts (src/api/budgets.ts).
-import "@mantine/charts/styles.css";
-import { Autocomplete, Badge, Button, Card, Group, Menu, SegmentedControl, Select, SimpleGrid, Stack, Table, Text, TextInput, Title } from "@mantine/core";
+import { Autocomplete, Badge, Button, Card, Group, Menu, Select, SimpleGrid, Stack, Table, Text, TextInput, Title } from "@mantine/core";
 import { notifications } from "@mantine/notifications";
 import { IconChevronDown, IconDownload, IconRefresh } from "@tabler/icons-react";
 import { keepPreviousData, useInfiniteQuery, useQuery } from "@tanstack/react-query";
@@ -13,6 +12,7 @@ import { toApiError } from "../api/client";
 import { useApplications, useProviders } from "../api/queries";
 import { useClient, useSession } from "../auth";
 import { PageHeader } from "../components/Layout";
+import { Segmented } from "../components/Segmented";
 import { Empty, ErrorState, LoadMore, Loading, QueryView, errorText } from "../components/states";
 import { when } from "../lib/format";
 import { AlertsCard, WebhookCard } from "../usage/AlertsCards";
@@ -75,6 +75,10 @@ function localDate(v: string): Date | null {
   const d = new Date(v);
   return Number.isNaN(d.getTime()) ? null : d;
 }
+
+// The filters' dropdowns are made when opened: kept mounted (Mantine's
+// default), each is positioned at mount, a forced layout of the page each.
+const unmountedDropdown = { keepMounted: false } as const;
 
 const resolutionColor: Record<string, string> = {
   settled: "teal",
@@ -173,13 +177,13 @@ export function UsagePage() {
               <Text size="sm" fw={500} id="period-label">
                 Period
               </Text>
-              <SegmentedControl value={period} onChange={(v) => setPeriod(v)} data={periods} aria-labelledby="period-label" />
+              <Segmented value={period} onChange={(v) => setPeriod(v)} data={periods} aria-labelledby="period-label" />
             </Stack>
             <Stack gap={4}>
               <Text size="sm" fw={500} id="split-label">
                 Split charts by
               </Text>
-              <SegmentedControl
+              <Segmented
                 value={split}
                 onChange={(v) => setSplit(v)}
                 aria-labelledby="split-label"
@@ -205,6 +209,7 @@ export function UsagePage() {
           <SimpleGrid cols={{ base: 1, sm: 3 }} spacing="sm">
             <Select
               label="Application"
+              comboboxProps={unmountedDropdown}
               placeholder="All applications"
               clearable
               searchable
@@ -214,6 +219,7 @@ export function UsagePage() {
             />
             <Select
               label="Provider"
+              comboboxProps={unmountedDropdown}
               placeholder="All providers"
               clearable
               searchable
@@ -223,6 +229,7 @@ export function UsagePage() {
             />
             <Autocomplete
               label="Model"
+              comboboxProps={unmountedDropdown}
               placeholder="All models"
               value={model}
               onChange={setModel}
@@ -320,7 +327,7 @@ function TopConsumers({
         <Title order={2} size="h4" id="top-heading">
           Top consumers
         </Title>
-        <SegmentedControl
+        <Segmented
           size="xs"
           value={dim}
           onChange={(v) => setDim(v)}

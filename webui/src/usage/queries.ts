@@ -38,13 +38,17 @@ export const defaultPeriod = "24h" as const;
 export const defaultSplit = "application" as const;
 
 /** Starts the default view's queries (the charts' reports, the applications
- * that name their series and the first records page), so that they run while
- * the page's code loads. */
-export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteNow()) {
+ * that name their series and the first records page) and settles when they
+ * have (answered or failed: the page shows a failure itself), so that the
+ * route's loader can have the page rendered once with its data rather than
+ * once per answer. */
+export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteNow()): Promise<unknown> {
   const range = rangeFor(defaultPeriod, now);
-  if (!range) return;
-  void qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit));
-  void qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit, true));
-  void qc.prefetchQuery(applicationsOptions(client));
-  void qc.prefetchInfiniteQuery(recordsOptions(client, range, {}));
+  if (!range) return Promise.resolve();
+  return Promise.allSettled([
+    qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit)),
+    qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit, true)),
+    qc.prefetchQuery(applicationsOptions(client)),
+    qc.prefetchInfiniteQuery(recordsOptions(client, range, {})),
+  ]);
 }
