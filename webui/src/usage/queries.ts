@@ -41,21 +41,21 @@ export const defaultSplit = "application" as const;
 /** Starts every query of the page's default view (the charts' reports, the
  * applications that name their series, the model filter's choices, the
  * providers, the first records page, the alerts and the webhook) and
- * settles when they have (answered or failed: the page shows a failure
+ * settles when each has data (answered, or failed: the page shows a failure
  * itself), so that the route's loader can have the page rendered once with
- * its data rather than once per answer. */
+ * its data rather than once per answer. A query with data in the cache does
+ * not hold the page, stale or not: the page refetches it as it mounts. */
 export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteNow()): Promise<unknown> {
   const range = rangeFor(defaultPeriod, now);
   if (!range) return Promise.resolve();
-  // prefetchQuery never rejects.
-  return Promise.all([
-    qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit)),
-    qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit, true)),
-    qc.prefetchQuery(usageOptions(client, range, {}, "model")),
-    qc.prefetchQuery(applicationsOptions(client)),
-    qc.prefetchQuery(providersOptions(client)),
-    qc.prefetchInfiniteQuery(recordsOptions(client, range, {})),
-    qc.prefetchInfiniteQuery(alertsOptions(client, {})),
-    qc.prefetchQuery(webhookOptions(client)),
+  return Promise.allSettled([
+    qc.ensureQueryData(usageOptions(client, range, {}, defaultSplit)),
+    qc.ensureQueryData(usageOptions(client, range, {}, defaultSplit, true)),
+    qc.ensureQueryData(usageOptions(client, range, {}, "model")),
+    qc.ensureQueryData(applicationsOptions(client)),
+    qc.ensureQueryData(providersOptions(client)),
+    qc.ensureInfiniteQueryData(recordsOptions(client, range, {})),
+    qc.ensureInfiniteQueryData(alertsOptions(client, {})),
+    qc.ensureQueryData(webhookOptions(client)),
   ]);
 }
