@@ -259,6 +259,8 @@ describe("console flow", { timeout: 240_000 }, () => {
     await page.getByRole("heading", { name: "Usage", level: 1 }).waitFor();
     const requests = page.getByTestId("chart-Requests");
     await requests.getByRole("img", { name: new RegExp(`^Requests: ${state.served + 1} in \\d+ hours`) }).waitFor();
+    // The canvas has its areas drawn (AreaPlot's data-drawn).
+    await requests.locator("canvas[data-drawn]").waitFor();
     const denials = page.getByTestId("chart-Denials");
     await denials.getByRole("img", { name: /^Denials: 1 in \d+ hours/ }).waitFor();
     // The chart's table alternative, from the keyboard.

@@ -52,10 +52,12 @@ const cpuPlatform = [];
 const switches = { "7d": [], "30d": [] };
 
 /** Waits until the four charts show the period (summary label matching
- * span), the top consumers table and the recent requests are drawn. */
+ * span) and have drawn their areas (the canvas' data-drawn, set by uPlot's
+ * draw hook once it has painted the series), the top consumers table and
+ * the recent requests are drawn. */
 async function drawn(page, span) {
   for (const name of ["Tokens by kind", "Cost (USD)", "Requests", "Denials"]) {
-    await page.getByTestId("chart-" + name).getByRole("img", { name: span }).locator("svg .recharts-area-area").first().waitFor();
+    await page.getByTestId("chart-" + name).getByRole("img", { name: span }).locator("canvas[data-drawn]").first().waitFor();
   }
   await page.getByRole("table", { name: /^Top consumers by/ }).getByRole("row").nth(1).waitFor();
   await page.getByRole("table", { name: "Recent requests, newest first" }).getByRole("row").nth(1).waitFor();

@@ -56,14 +56,14 @@ const applicationsRoute = createRoute({ getParentRoute: () => rootRoute, path: "
 const applicationRoute = createRoute({ getParentRoute: () => rootRoute, path: "applications/$applicationId", component: ApplicationPage });
 const gatewaysRoute = createRoute({ getParentRoute: () => rootRoute, path: "gateways", component: GatewaysPage });
 // The default view's queries start with the navigation, while the page's
-// code (the charts) loads; the loader does not wait for them.
+// code loads, and the page is rendered when they have answered: once, with
+// its charts, top consumers and records, instead of once per answer (the
+// router shows its pending page after pendingMs if they are slow).
 const usageRoute = createRoute({
   getParentRoute: () => rootRoute,
   path: "usage",
   component: UsagePage,
-  loader: ({ context }) => {
-    if (context.signedIn) prefetchUsage(context.queryClient, context.client);
-  },
+  loader: ({ context }) => (context.signedIn ? prefetchUsage(context.queryClient, context.client) : undefined),
 });
 const auditRoute = createRoute({ getParentRoute: () => rootRoute, path: "audit", component: AuditPage });
 

@@ -1,9 +1,9 @@
 // Remaining budgets, budget alerts and the alert webhook (GET
 // /applications/{id}/budgets, /alerts, /alerts/webhook): queries over the
 // types generated from platform/api/openapi.yaml.
-import { useMutation, useQuery, useQueryClient, useInfiniteQuery } from "@tanstack/react-query";
+import { infiniteQueryOptions, queryOptions, useMutation, useQuery, useQueryClient, useInfiniteQuery } from "@tanstack/react-query";
 import { useClient } from "../auth";
-import { call, data, type Schemas } from "./client";
+import { call, data, type Client, type Schemas } from "./client";
 
 export type Budget = Schemas["Budget"];
 export type Budgets = Schemas["ApplicationBudgets"];
@@ -28,9 +28,10 @@ export function useBudgets(applicationId: string) {
   });
 }
 
-export function useAlerts(f: { application?: string; provider?: string }, limit = 20) {
-  const client = useClient();
-  return useInfiniteQuery({
+/** The budget alerts' query, newest first, limit a page (the Usage page's
+ * loader prefetches the unfiltered one). */
+export function alertsOptions(client: Client, f: { application?: string; provider?: string }, limit = 20) {
+  return infiniteQueryOptions({
     queryKey: budgetKeys.alerts(f),
     initialPageParam: undefined as string | undefined,
     queryFn: ({ pageParam }) => data(client.GET("/alerts", { params: { query: { ...f, limit, cursor: pageParam } } })),
@@ -39,9 +40,16 @@ export function useAlerts(f: { application?: string; provider?: string }, limit 
   });
 }
 
+export function useAlerts(f: { application?: string; provider?: string }, limit = 20) {
+  return useInfiniteQuery(alertsOptions(useClient(), f, limit));
+}
+
+export function webhookOptions(client: Client) {
+  return queryOptions({ queryKey: budgetKeys.webhook, queryFn: () => data(client.GET("/alerts/webhook")) });
+}
+
 export function useWebhook() {
-  const client = useClient();
-  return useQuery({ queryKey: budgetKeys.webhook, queryFn: () => data(client.GET("/alerts/webhook")) });
+  return useQuery(webhookOptions(useClient()));
 }
 
 /** Saves (input) or removes (null) the webhook; the cached setting follows. */

@@ -27,9 +27,12 @@ export function invalidateDeployment(qc: QueryClient) {
   void qc.invalidateQueries({ queryKey: keys.audit });
 }
 
+export function providersOptions(client: Client) {
+  return queryOptions({ queryKey: keys.providers, queryFn: () => data(client.GET("/providers")).then((d) => d.providers) });
+}
+
 export function useProviders() {
-  const client = useClient();
-  return useQuery({ queryKey: keys.providers, queryFn: () => data(client.GET("/providers")).then((d) => d.providers) });
+  return useQuery(providersOptions(useClient()));
 }
 
 export function useProvider(id: string) {

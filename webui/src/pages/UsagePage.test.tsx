@@ -10,11 +10,6 @@ import { UsagePage } from "./UsagePage";
 
 beforeEach(() => {
   sessionStorage.setItem("sluice.adminToken", "sluice-admin-test");
-  // jsdom lays nothing out: Recharts warns that each chart has no size.
-  const warn = console.warn.bind(console);
-  vi.spyOn(console, "warn").mockImplementation((...a: unknown[]) => {
-    if (!String(a[0]).includes("of chart should be greater than 0")) warn(...a);
-  });
 });
 afterEach(() => {
   sessionStorage.clear();

@@ -3,8 +3,7 @@
 // records and the budget alerts, for a period and filters; CSV exports.
 // Reads only GET /usage (the rollups) and /usage/records (docs/platform.md
 // "Usage"), and /alerts (src/api/budgets.ts).
-import "@mantine/charts/styles.css";
-import { Autocomplete, Badge, Button, Card, Group, Menu, SegmentedControl, Select, SimpleGrid, Stack, Table, Text, TextInput, Title } from "@mantine/core";
+import { Autocomplete, Badge, Button, Card, Group, Menu, Select, SimpleGrid, Stack, Table, Text, TextInput, Title } from "@mantine/core";
 import { notifications } from "@mantine/notifications";
 import { IconChevronDown, IconDownload, IconRefresh } from "@tabler/icons-react";
 import { keepPreviousData, useInfiniteQuery, useQuery } from "@tanstack/react-query";
@@ -13,6 +12,7 @@ import { toApiError } from "../api/client";
 import { useApplications, useProviders } from "../api/queries";
 import { useClient, useSession } from "../auth";
 import { PageHeader } from "../components/Layout";
+import { Segmented } from "../components/Segmented";
 import { Empty, ErrorState, LoadMore, Loading, QueryView, errorText } from "../components/states";
 import { when } from "../lib/format";
 import { AlertsCard, WebhookCard } from "../usage/AlertsCards";
@@ -75,6 +75,10 @@ function localDate(v: string): Date | null {
   const d = new Date(v);
   return Number.isNaN(d.getTime()) ? null : d;
 }
+
+// The filters' dropdowns are made when opened: kept mounted (Mantine's
+// default), each is positioned at mount, a forced layout of the page each.
+const unmountedDropdown = { keepMounted: false } as const;
 
 const resolutionColor: Record<string, string> = {
   settled: "teal",
@@ -173,13 +177,13 @@ export function UsagePage() {
               <Text size="sm" fw={500} id="period-label">
                 Period
               </Text>
-              <SegmentedControl value={period} onChange={(v) => setPeriod(v)} data={periods} aria-labelledby="period-label" />
+              <Segmented value={period} onChange={(v) => setPeriod(v)} data={periods} aria-labelledby="period-label" />
             </Stack>
             <Stack gap={4}>
               <Text size="sm" fw={500} id="split-label">
                 Split charts by
               </Text>
-              <SegmentedControl
+              <Segmented
                 value={split}
                 onChange={(v) => setSplit(v)}
                 aria-labelledby="split-label"
@@ -205,6 +209,7 @@ export function UsagePage() {
           <SimpleGrid cols={{ base: 1, sm: 3 }} spacing="sm">
             <Select
               label="Application"
+              comboboxProps={unmountedDropdown}
               placeholder="All applications"
               clearable
               searchable
@@ -214,6 +219,7 @@ export function UsagePage() {
             />
             <Select
               label="Provider"
+              comboboxProps={unmountedDropdown}
               placeholder="All providers"
               clearable
               searchable
@@ -223,6 +229,7 @@ export function UsagePage() {
             />
             <Autocomplete
               label="Model"
+              comboboxProps={unmountedDropdown}
               placeholder="All models"
               value={model}
               onChange={setModel}
@@ -320,7 +327,7 @@ function TopConsumers({
         <Title order={2} size="h4" id="top-heading">
           Top consumers
         </Title>
-        <SegmentedControl
+        <Segmented
           size="xs"
           value={dim}
           onChange={(v) => setDim(v)}
@@ -410,24 +417,7 @@ function RecordsCard({ range, filters, appName }: { range: Range; filters: Filte
                   </Table.Thead>
                   <Table.Tbody>
                     {records.map((r) => (
-                      <Table.Tr key={r.id + r.ts}>
-                        <Table.Td style={{ whiteSpace: "nowrap" }}>{when(r.ts)}</Table.Td>
-                        <Table.Td>{appName(r.application)}</Table.Td>
-                        <Table.Td>{r.provider}</Table.Td>
-                        <Table.Td className="mono" style={{ whiteSpace: "nowrap" }}>{r.servedModel && r.servedModel !== r.requestedModel ? `${r.requestedModel} → ${r.servedModel}` : r.requestedModel}</Table.Td>
-                        <Table.Td>
-                          <Badge variant="light" color={resolutionColor[r.resolution] ?? "gray"}>
-                            {r.resolution}
-                          </Badge>
-                        </Table.Td>
-                        <Table.Td className="mono">{r.deniedBy || "—"}</Table.Td>
-                        <Table.Td ta="right">{r.status || "—"}</Table.Td>
-                        <Table.Td ta="right">
-                          {count(r.promptTokens)} / {count(r.completionTokens)}
-                        </Table.Td>
-                        <Table.Td ta="right">{usd(r.costMicroUsd)}</Table.Td>
-                        <Table.Td ta="right">{(r.latencyUs / 1000).toFixed(0)} ms</Table.Td>
-                      </Table.Tr>
+                      <RecordRow key={r.id + r.ts} r={r} appName={appName} />
                     ))}
                   </Table.Tbody>
                 </Table>
@@ -439,5 +429,45 @@ function RecordsCard({ range, filters, appName }: { range: Range; filters: Filte
         }}
       </QueryView>
     </Card>
+  );
+}
+
+const td = Table.classes.td;
+const right = { textAlign: "right" } as const;
+const nowrap = { whiteSpace: "nowrap" } as const;
+
+/** A row of the records table in plain elements with Mantine's table classes
+ * (what Table.Tr and Table.Td render, without a component each: the table
+ * has 50 rows of 10 cells). The table's own spacing and font size apply. */
+function RecordRow({ r, appName }: { r: UsageRecord; appName: (id: string) => string }) {
+  return (
+    <tr className={Table.classes.tr} data-with-row-border>
+      <td className={td} style={nowrap}>
+        {when(r.ts)}
+      </td>
+      <td className={td}>{appName(r.application)}</td>
+      <td className={td}>{r.provider}</td>
+      <td className={td + " mono"} style={nowrap}>
+        {r.servedModel && r.servedModel !== r.requestedModel ? `${r.requestedModel} → ${r.servedModel}` : r.requestedModel}
+      </td>
+      <td className={td}>
+        <Badge variant="light" color={resolutionColor[r.resolution] ?? "gray"}>
+          {r.resolution}
+        </Badge>
+      </td>
+      <td className={td + " mono"}>{r.deniedBy || "—"}</td>
+      <td className={td} style={right}>
+        {r.status || "—"}
+      </td>
+      <td className={td} style={right}>
+        {count(r.promptTokens)} / {count(r.completionTokens)}
+      </td>
+      <td className={td} style={right}>
+        {usd(r.costMicroUsd)}
+      </td>
+      <td className={td} style={right}>
+        {(r.latencyUs / 1000).toFixed(0)} ms
+      </td>
+    </tr>
   );
 }

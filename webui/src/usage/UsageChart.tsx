@@ -1,11 +1,10 @@
-// One chart of the Usage page: stacked areas over the buckets (one path per
-// series: a bar per bucket and series costs Recharts far more to render over
-// a week of hours), with a table of the
-// same numbers one switch away (the chart's accessible alternative) and a
-// summary sentence as the chart's label.
-import { AreaChart } from "@mantine/charts";
-import { Card, Group, SegmentedControl, Table, Text, Title } from "@mantine/core";
+// One chart of the Usage page: stacked areas over the buckets on a canvas
+// (AreaPlot), with a table of the same numbers one switch away (the chart's
+// accessible alternative) and a summary sentence as the chart's label.
+import { Card, Group, Table, Text, Title } from "@mantine/core";
 import { memo, useId, useMemo, useState } from "react";
+import { Segmented } from "../components/Segmented";
+import { AreaPlot } from "./AreaPlot";
 import { bucketLabel, type Bucket } from "./model";
 
 const colors = ["blue.7", "teal.8", "orange.8", "grape.7", "cyan.9", "gray.6"];
@@ -33,7 +32,9 @@ export const UsageChart = memo(function UsageChart({ title, data, series, bucket
     [data, bucket, multiDay],
   );
   const total = useMemo(() => data.reduce((t, p) => t + series.reduce((s, name) => s + ((p[name] as number) ?? 0), 0), 0), [data, series]);
-  const chartSeries = useMemo(() => series.map((name, i) => ({ name, color: colors[i % colors.length] })), [series]);
+  const labels = useMemo(() => points.map((p) => p.label as string), [points]);
+  const values = useMemo(() => series.map((name) => data.map((p) => (p[name] as number) ?? 0)), [data, series]);
+  const seriesColors = useMemo(() => series.map((_, i) => colors[i % colors.length]), [series]);
   const summary = `${title}: ${format(total)} in ${data.length} ${bucket === "hour" ? "hours" : "days"}${
     series.length > 0 ? `, split by ${series.join(", ")}` : ""
   }.`;
@@ -48,7 +49,7 @@ export const UsageChart = memo(function UsageChart({ title, data, series, bucket
             {format(total)} in the period
           </Text>
         </div>
-        <SegmentedControl
+        <Segmented
           size="xs"
           value={view}
           onChange={(v) => setView(v)}
@@ -65,28 +66,16 @@ export const UsageChart = memo(function UsageChart({ title, data, series, bucket
         </Text>
       ) : view === "chart" ? (
         <div role="img" aria-label={summary}>
-          <AreaChart
-            h={200}
-            data={points}
-            dataKey="label"
-            type="stacked"
-            curveType="linear"
-            withDots={false}
-            withGradient={false}
-            fillOpacity={0.75}
-            strokeWidth={1}
-            series={chartSeries}
-            valueFormatter={axisFormat}
-            withLegend={series.length > 1}
-            legendProps={{ verticalAlign: "bottom" }}
-            tooltipProps={{ formatter: (v) => format(Number(v)) }}
-            tickLine="none"
-            gridAxis="y"
-            withXAxis
-            xAxisProps={{ minTickGap: 16 }}
-            yAxisProps={{ width: 64 }}
-            tooltipAnimationDuration={0}
-            areaProps={{ isAnimationActive: false }}
+          <AreaPlot
+            height={200}
+            labels={labels}
+            xName={bucket === "hour" ? "Hour" : "Day"}
+            values={values}
+            series={series}
+            colors={seriesColors}
+            format={format}
+            axisFormat={axisFormat}
+            xSpace={multiDay ? 96 : 48}
           />
         </div>
       ) : (

@@ -233,25 +233,34 @@ export function topConsumers(report: UsageReport, denied: UsageReport | undefine
 
 /** USD from micro-USD: "$1,234.57", and small amounts to the micro-dollar
  * ("$0.000125"), never rounded to $0.00 when not zero. */
+// Made once: toLocaleString with options builds a formatter per call, and
+// the page formats a few thousand numbers and labels when it renders.
+const usd2 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+const usd6 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 6 });
+const plain = new Intl.NumberFormat("en-US");
+const compactCount = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 1 });
+const utcDay = new Intl.DateTimeFormat("en-US", { month: "short", day: "numeric", timeZone: "UTC" });
+const localDay = new Intl.DateTimeFormat("en-US", { month: "short", day: "numeric" });
+const localTime = new Intl.DateTimeFormat("en-GB", { hour: "2-digit", minute: "2-digit" });
+
 export function usd(micro: number): string {
   const v = micro / 1e6;
   if (micro === 0) return "$0.00";
-  const digits = Math.abs(micro) >= 10_000 ? 2 : 6;
-  return (v < 0 ? "-$" : "$") + Math.abs(v).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: digits });
+  return (v < 0 ? "-$" : "$") + (Math.abs(micro) >= 10_000 ? usd2 : usd6).format(Math.abs(v));
 }
 
 /** A count as "1,234", or compact ("1.2M") for axes. */
 export function count(n: number, compact = false): string {
-  return compact ? n.toLocaleString("en-US", { notation: "compact", maximumFractionDigits: 1 }) : n.toLocaleString("en-US");
+  return (compact ? compactCount : plain).format(n);
 }
 
 /** A bucket's start for an axis or a table: "14:00" for hours within a
  * day, "Dec 1 14:00" across days, "Dec 1" for days. Local time. */
 export function bucketLabel(iso: string, bucket: Bucket, multiDay: boolean): string {
   const d = new Date(iso);
-  if (bucket === "day") return d.toLocaleDateString("en-US", { month: "short", day: "numeric", timeZone: "UTC" });
-  const time = d.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
-  return multiDay ? `${d.toLocaleDateString("en-US", { month: "short", day: "numeric" })} ${time}` : time;
+  if (bucket === "day") return utcDay.format(d);
+  const time = localTime.format(d);
+  return multiDay ? `${localDay.format(d)} ${time}` : time;
 }
 
 /** The name of a file an export is saved as: usage-<what>-<from>-<to>.csv (UTC, minutes). */

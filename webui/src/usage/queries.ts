@@ -2,7 +2,8 @@
 // the route's loader can start the first ones while the page's code loads.
 import type { QueryClient } from "@tanstack/react-query";
 import { data, type Client } from "../api/client";
-import { applicationsOptions } from "../api/queries";
+import { alertsOptions, webhookOptions } from "../api/budgets";
+import { applicationsOptions, providersOptions } from "../api/queries";
 import { minuteNow, rangeFor, recordsQuery, usageQuery, type Filters, type Range, type TopDimension, type UsageRecordPage, type UsageReport } from "./model";
 
 export const usageStaleTime = 30_000;
@@ -37,14 +38,24 @@ export function recordsOptions(client: Client, range: Range, filters: Filters) {
 export const defaultPeriod = "24h" as const;
 export const defaultSplit = "application" as const;
 
-/** Starts the default view's queries (the charts' reports, the applications
- * that name their series and the first records page), so that they run while
- * the page's code loads. */
-export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteNow()) {
+/** Starts every query of the page's default view (the charts' reports, the
+ * applications that name their series, the model filter's choices, the
+ * providers, the first records page, the alerts and the webhook) and
+ * settles when each has data (answered, or failed: the page shows a failure
+ * itself), so that the route's loader can have the page rendered once with
+ * its data rather than once per answer. A query with data in the cache does
+ * not hold the page, stale or not: the page refetches it as it mounts. */
+export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteNow()): Promise<unknown> {
   const range = rangeFor(defaultPeriod, now);
-  if (!range) return;
-  void qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit));
-  void qc.prefetchQuery(usageOptions(client, range, {}, defaultSplit, true));
-  void qc.prefetchQuery(applicationsOptions(client));
-  void qc.prefetchInfiniteQuery(recordsOptions(client, range, {}));
+  if (!range) return Promise.resolve();
+  return Promise.allSettled([
+    qc.ensureQueryData(usageOptions(client, range, {}, defaultSplit)),
+    qc.ensureQueryData(usageOptions(client, range, {}, defaultSplit, true)),
+    qc.ensureQueryData(usageOptions(client, range, {}, "model")),
+    qc.ensureQueryData(applicationsOptions(client)),
+    qc.ensureQueryData(providersOptions(client)),
+    qc.ensureInfiniteQueryData(recordsOptions(client, range, {})),
+    qc.ensureInfiniteQueryData(alertsOptions(client, {})),
+    qc.ensureQueryData(webhookOptions(client)),
+  ]);
 }
