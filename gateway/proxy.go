@@ -37,7 +37,10 @@ type exchange struct {
 	rc    http.ResponseController // over w
 	r     *http.Request
 	reqID string
-	snap  *snapshot
+	// reqIDHeader is the X-Request-Id header value, []string{reqID}, set
+	// on the response wherever the id is (re)written.
+	reqIDHeader []string
+	snap        *snapshot
 	rt    *route
 	ep    llmapi.Endpoint
 	// dialect is the API the client speaks, which gateway-made errors and
@@ -66,7 +69,7 @@ type exchange struct {
 	span trace.Span
 	// tail is the last byte of a non-streamed body, written after the
 	// usage record is appended (hasTail: one is pending).
-	tail    byte
+	tail    [1]byte
 	hasTail bool
 }
 
@@ -171,7 +174,8 @@ func (x *exchange) serve() {
 	} else {
 		x.reqID = x.usage.id
 	}
-	w.Header().Set("X-Request-Id", x.reqID)
+	x.reqIDHeader = []string{x.reqID}
+	w.Header()["X-Request-Id"] = x.reqIDHeader
 
 	snap := g.acquire()
 	if snap == nil {
@@ -494,7 +498,7 @@ func (x *exchange) body(resp *http.Response) {
 	// has its record in the sink, even if the gateway dies right after.
 	b := presp.Body
 	if n := len(b); n > 0 {
-		x.tail, x.hasTail = b[n-1], true
+		x.tail[0], x.hasTail = b[n-1], true
 		b = b[:n-1]
 	}
 	if err := x.writeBody(b); err != nil {
@@ -518,7 +522,7 @@ func (x *exchange) writeTail() {
 	}
 	x.hasTail = false
 	x.extendWrite()
-	_, _ = x.w.Write([]byte{x.tail})
+	_, _ = x.w.Write(x.tail[:])
 }
 
 // connDeadlines is what http.ResponseController calls to set deadlines.
@@ -839,7 +843,7 @@ func (x *exchange) addClientHeaders() {
 		h[k] = vs
 	}
 	x.call.Limits().WriteHeader(h, x.dialect)
-	h.Set("X-Request-Id", x.reqID)
+	h["X-Request-Id"] = x.reqIDHeader
 }
 
 func (x *exchange) writeHeader(status int) {
@@ -851,6 +855,9 @@ func checkContentType(ct string) *gwerror.Error {
 	if ct == "" {
 		return gwerror.New(http.StatusUnsupportedMediaType, gwerror.TypeInvalidRequest, gwerror.CodeUnsupportedMedia,
 			"Content-Type must be application/json")
+	}
+	if ct == "application/json" {
+		return nil // what mime.ParseMediaType accepts below, without its map
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {

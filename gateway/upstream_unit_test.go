@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -78,5 +79,16 @@ func TestNewUpstreamRequestMatchesNewRequest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Request ids are the prefix, a dash and the counter in at least 8 hex digits.
+func TestRequestIDsFormat(t *testing.T) {
+	for _, n := range []uint64{0, 1, 0xabc, 0xffffffff, 0x100000000, 1<<64 - 2} {
+		ids := requestIDs{prefix: "a1b2c3d4e5f6"}
+		ids.n.Store(n)
+		if got, want := ids.next(), fmt.Sprintf("a1b2c3d4e5f6-%08x", n+1); got != want {
+			t.Errorf("next after %d = %q, want %q", n, got, want)
+		}
 	}
 }
