@@ -41,8 +41,8 @@ type exchange struct {
 	// on the response wherever the id is (re)written.
 	reqIDHeader []string
 	snap        *snapshot
-	rt    *route
-	ep    llmapi.Endpoint
+	rt          *route
+	ep          llmapi.Endpoint
 	// dialect is the API the client speaks, which gateway-made errors and
 	// rate-limit headers are rendered in (see dialectFor).
 	dialect dialect.Dialect
@@ -52,6 +52,8 @@ type exchange struct {
 	status int
 	// bodyRead is set once the request body has been read to its end.
 	bodyRead bool
+	// writeDeadline is the write deadline extendWrite set last.
+	writeDeadline time.Time
 	// deadlines: w sets the client connection's deadlines (net/http's own
 	// ResponseWriter, which the server hands to the gateway unwrapped, does;
 	// test recorders do not, and are not asked each time).
@@ -129,17 +131,20 @@ func (x *exchange) record(start time.Time) {
 	if status == 0 {
 		status = statusClientClosed
 	}
-	route, ep := "", string(x.ep)
-	if x.rt != nil {
-		route = x.rt.name
-	}
-	code := strconv.Itoa(status)
+	m, ep := x.g.metrics, string(x.ep)
 	end := x.g.now()
-	x.g.metrics.requests.WithLabelValues(route, ep, code).Inc()
-	x.g.metrics.latency.WithLabelValues(route, code).Observe(end.Sub(start).Seconds())
+	if x.rt == nil {
+		code := strconv.Itoa(status)
+		m.requests.WithLabelValues("", ep, code).Inc()
+		m.latency.WithLabelValues("", code).Observe(end.Sub(start).Seconds())
+		return
+	}
+	ser := x.rt.series.request(m, x.rt.name, ep, status)
+	ser.requests.Inc()
+	ser.latency.Observe(end.Sub(start).Seconds())
 	if !x.upstreamDone.IsZero() && status < 300 {
 		added := end.Sub(start) - x.upstreamDone.Sub(x.upstreamStart)
-		x.g.metrics.overhead.WithLabelValues(route).Observe(max(added, 0).Seconds())
+		x.rt.series.overheadOf(m, x.rt.name).Observe(max(added, 0).Seconds())
 	}
 }
 
@@ -148,7 +153,9 @@ func (x *exchange) record(start time.Time) {
 // x.ep first). The body is not read yet: setBody adds it.
 func (x *exchange) newCall(rest string) *policies.Call {
 	r, rt := x.r, x.rt
-	shared := sharedctx.New(x.reqID, rt.name, rt.name, rt.provider.name)
+	// Room for a few keys per policy and the gateway's own (usage, prompt
+	// estimate), so that the map is not grown while the chain runs.
+	shared := sharedctx.NewSized(x.reqID, rt.name, rt.name, rt.provider.name, 4+2*rt.chain.Len())
 	shared.Endpoint = string(x.ep)
 	return &policies.Call{
 		Ctx:    r.Context(),
@@ -290,20 +297,7 @@ func (x *exchange) serve() {
 // identify runs every policies.Identifier of the route's chain on call, in
 // chain order, and returns the first failure with its policy named.
 func (x *exchange) identify(call *policies.Call) *gwerror.Error {
-	entries := x.rt.chain.EntriesFor(call)
-	for i := range entries {
-		id, ok := entries[i].Policy.(policies.Identifier)
-		if !ok {
-			continue
-		}
-		if gerr := id.Identify(call); gerr != nil {
-			if gerr.Policy == "" {
-				gerr.Policy = entries[i].Def.Name
-			}
-			return gerr
-		}
-	}
-	return nil
+	return x.rt.chain.Identify(call)
 }
 
 // proxy runs everything after admission: upstream, response phase, delivery
@@ -537,11 +531,25 @@ const writeChunk = 64 << 10
 // extendWrite gives the next write to the client server.writeTimeout: a
 // client that does not take the bytes in that time is cut (the write fails).
 // Deadlines are wall-clock time, whatever clock the gateway was given.
+//
+// A deadline less than writeSlack later than the one set last is not set:
+// re-arming the connection's timer costs more than the write it guards, and
+// the writes of a short answer come microseconds apart.
 func (x *exchange) extendWrite() {
-	if x.deadlines {
-		_ = x.rc.SetWriteDeadline(time.Now().Add(x.writeTimeout()))
+	if !x.deadlines {
+		return
 	}
+	d := time.Now().Add(x.writeTimeout())
+	if !x.writeDeadline.IsZero() && d.Sub(x.writeDeadline) < writeSlack {
+		return
+	}
+	x.writeDeadline = d
+	_ = x.rc.SetWriteDeadline(d)
 }
+
+// writeSlack bounds how much sooner than server.writeTimeout after a write a
+// client can be cut (extendWrite).
+const writeSlack = time.Millisecond
 
 func (x *exchange) setReadDeadline(t time.Time) {
 	if x.deadlines {
