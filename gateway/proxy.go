@@ -48,6 +48,11 @@ type exchange struct {
 	dialect dialect.Dialect
 	call    *policies.Call
 	run     *policies.Run
+	// start is when serveProxy received the request.
+	start time.Time
+	// callv and reqv hold *call and its Request: one allocation with x.
+	callv policies.Call
+	reqv  policies.Request
 	// status is the status sent to the client (0 until headers are written).
 	status int
 	// bodyRead is set once the request body has been read to its end.
@@ -78,7 +83,7 @@ type exchange struct {
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
 	g.metrics.inflight.Inc()
-	x := &exchange{g: g, w: w, rc: *http.NewResponseController(w), r: r}
+	x := &exchange{g: g, w: w, rc: *http.NewResponseController(w), r: r, start: start}
 	// Runs last, after the final phase, also when the handler panics.
 	defer x.releaseSnapshot()
 	defer func() {
@@ -87,8 +92,9 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				x.finishAbort()
 				g.metrics.inflight.Dec()
-				x.record(start)
-				x.meter(start)
+				end := g.now()
+				x.record(start, end)
+				x.meter(start, end)
 				panic(v)
 			}
 			g.log.Error("gateway handler panicked", "request_id", x.reqID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
@@ -102,8 +108,9 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		}
 		x.finishAbort()
 		g.metrics.inflight.Dec()
-		x.record(start)
-		x.meter(start)
+		end := g.now()
+		x.record(start, end)
+		x.meter(start, end)
 		x.writeTail()
 	}()
 	x.startSpan()
@@ -125,14 +132,13 @@ func (x *exchange) finishAbort() {
 	}
 }
 
-// record updates the request metrics once the response is over.
-func (x *exchange) record(start time.Time) {
+// record updates the request metrics once the response is over (at end).
+func (x *exchange) record(start, end time.Time) {
 	status := x.status
 	if status == 0 {
 		status = statusClientClosed
 	}
 	m, ep := x.g.metrics, string(x.ep)
-	end := x.g.now()
 	if x.rt == nil {
 		code := strconv.Itoa(status)
 		m.requests.WithLabelValues("", ep, code).Inc()
@@ -157,19 +163,21 @@ func (x *exchange) newCall(rest string) *policies.Call {
 	// estimate), so that the map is not grown while the chain runs.
 	shared := sharedctx.NewSized(x.reqID, rt.name, rt.name, rt.provider.name, 4+2*rt.chain.Len())
 	shared.Endpoint = string(x.ep)
-	return &policies.Call{
-		Ctx:    r.Context(),
-		Shared: shared,
-		Request: &policies.Request{
-			Method:   r.Method,
-			Path:     rest,
-			Header:   r.Header,
-			Query:    r.URL.Query(),
-			RemoteIP: remoteIP(r),
-		},
-		ClientHeader: make(http.Header),
-		Started:      x.g.now(),
+	x.reqv = policies.Request{
+		Method:   r.Method,
+		Path:     rest,
+		Header:   r.Header,
+		Query:    r.URL.Query(),
+		RemoteIP: remoteIP(r),
 	}
+	x.callv = policies.Call{
+		Ctx:          r.Context(),
+		Shared:       shared,
+		Request:      &x.reqv,
+		ClientHeader: make(http.Header),
+		Started:      x.start,
+	}
+	return &x.callv
 }
 
 func (x *exchange) serve() {
