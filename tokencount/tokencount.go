@@ -326,7 +326,8 @@ func (c *Counter) EstimatePrompt(req *llmapi.Request) int64 {
 	if req == nil {
 		return 0
 	}
-	var e estimator
+	var texts [16]string // most prompts have fewer texts: no allocation
+	e := estimator{texts: texts[:0]}
 	e.collect(req)
 	return e.fixed + c.countTexts(encodingFor(req.Model), e.texts)
 }
