@@ -202,8 +202,9 @@ func (x *exchange) serve() {
 		return
 	}
 	x.snap = snap
+	// The write deadline root set moments ago stands until the first write
+	// (every write extends it).
 	_, x.deadlines = x.w.(connDeadlines)
-	x.extendWrite()
 	if hasBody(r) {
 		// The body must arrive within server.readTimeout. The deadline is set
 		// first so that it also bounds net/http's own reads of a body this
