@@ -5,6 +5,7 @@
 package dialect
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -121,12 +122,49 @@ const (
 	hCostRemaining = "X-Ratelimit-Cost-Remaining-Dollars"
 )
 
-// anthropicPrefix maps a Kind to its anthropic-ratelimit-<x>- header prefix.
-var anthropicPrefix = [numKinds]string{
-	Requests - 1:     "Anthropic-Ratelimit-Requests-",
-	Tokens - 1:       "Anthropic-Ratelimit-Tokens-",
-	InputTokens - 1:  "Anthropic-Ratelimit-Input-Tokens-",
-	OutputTokens - 1: "Anthropic-Ratelimit-Output-Tokens-",
+// anthropicNames maps a Kind to its anthropic-ratelimit-<x>-{limit,
+// remaining,reset} header names.
+var anthropicNames = [numKinds][3]string{
+	Requests - 1:     {"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset"},
+	Tokens - 1:       {"Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset"},
+	InputTokens - 1:  {"Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset"},
+	OutputTokens - 1: {"Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset"},
+}
+
+// maxHeaders is the most headers WriteHeader sets: the budget's two and
+// three per Anthropic kind.
+const maxHeaders = 2 + 3*(numKinds-1)
+
+// headerBatch gathers header values in one buffer, so that writing them
+// costs two allocations (the values' text and their slices) however many
+// there are.
+type headerBatch struct {
+	names [maxHeaders]string
+	ends  [maxHeaders]int
+	n     int
+	buf   []byte
+}
+
+// end closes the value appended to b.buf since the last end as header name's.
+func (b *headerBatch) end(name string) {
+	b.names[b.n], b.ends[b.n] = name, len(b.buf)
+	b.n++
+}
+
+// set sets every gathered header on h, each as a one-value slice of
+// capacity one (so an Add reallocates rather than touch its neighbour).
+func (b *headerBatch) set(h http.Header) {
+	if b.n == 0 {
+		return
+	}
+	text := string(b.buf)
+	vals := make([]string, b.n)
+	from := 0
+	for i := range b.n {
+		vals[i] = text[from:b.ends[i]]
+		from = b.ends[i]
+		h[b.names[i]] = vals[i : i+1 : i+1]
+	}
 }
 
 // WriteHeader sets l's headers on h in dialect d, replacing headers of the
@@ -142,9 +180,13 @@ func (l *Limits) WriteHeader(h http.Header, d Dialect) {
 	if l.Empty() {
 		return
 	}
+	var arr [256]byte
+	b := headerBatch{buf: arr[:0]}
 	if c, ok := l.Get(Cost); ok {
-		h[hCostLimit] = []string{Dollars(c.Limit)}
-		h[hCostRemaining] = []string{Dollars(max(c.Remaining, 0))}
+		b.buf = appendDollars(b.buf, c.Limit)
+		b.end(hCostLimit)
+		b.buf = appendDollars(b.buf, max(c.Remaining, 0))
+		b.end(hCostRemaining)
 	}
 	if d == Anthropic {
 		for k := Requests; k < Cost; k++ {
@@ -152,15 +194,19 @@ func (l *Limits) WriteHeader(h http.Header, d Dialect) {
 			if !ok {
 				continue
 			}
-			p := anthropicPrefix[k-1]
-			h[p+"Limit"] = []string{strconv.FormatInt(c.Limit, 10)}
-			h[p+"Remaining"] = []string{strconv.FormatInt(max(c.Remaining, 0), 10)}
-			h[p+"Reset"] = []string{ceilSecond(c.ResetAt()).UTC().Format(time.RFC3339)}
+			names := &anthropicNames[k-1]
+			b.buf = strconv.AppendInt(b.buf, c.Limit, 10)
+			b.end(names[0])
+			b.buf = strconv.AppendInt(b.buf, max(c.Remaining, 0), 10)
+			b.end(names[1])
+			b.buf = ceilSecond(c.ResetAt()).UTC().AppendFormat(b.buf, time.RFC3339)
+			b.end(names[2])
 		}
+		b.set(h)
 		return
 	}
 	if c, ok := l.Get(Requests); ok {
-		writeOpenAI(h, hLimitRequests, hRemainingRequests, hResetRequests, c)
+		b.openAI(hLimitRequests, hRemainingRequests, hResetRequests, c)
 	}
 	var tight Counter
 	found := false
@@ -170,32 +216,58 @@ func (l *Limits) WriteHeader(h http.Header, d Dialect) {
 		}
 	}
 	if found {
-		writeOpenAI(h, hLimitTokens, hRemainingTokens, hResetTokens, tight)
+		b.openAI(hLimitTokens, hRemainingTokens, hResetTokens, tight)
 	}
+	b.set(h)
 }
 
-func writeOpenAI(h http.Header, limit, remaining, reset string, c Counter) {
-	h[limit] = []string{strconv.FormatInt(c.Limit, 10)}
-	h[remaining] = []string{strconv.FormatInt(max(c.Remaining, 0), 10)}
-	h[reset] = []string{ResetString(c.Reset)}
+func (b *headerBatch) openAI(limit, remaining, reset string, c Counter) {
+	b.buf = strconv.AppendInt(b.buf, c.Limit, 10)
+	b.end(limit)
+	b.buf = strconv.AppendInt(b.buf, max(c.Remaining, 0), 10)
+	b.end(remaining)
+	b.buf = appendReset(b.buf, c.Reset)
+	b.end(reset)
 }
 
 // Dollars writes micro-USD as a decimal number of dollars ("0.5", "0.000001").
-func Dollars(micros int64) string {
-	return strconv.FormatFloat(float64(micros)/1e6, 'f', -1, 64)
+func Dollars(micros int64) string { return string(appendDollars(nil, micros)) }
+
+func appendDollars(b []byte, micros int64) []byte {
+	return strconv.AppendFloat(b, float64(micros)/1e6, 'f', -1, 64)
 }
 
 // ResetString formats a reset delay the way OpenAI does: Go duration syntax,
 // milliseconds below one second ("250ms"), whole seconds above ("6m0s", "1s"),
 // always rounded up.
-func ResetString(d time.Duration) string {
+func ResetString(d time.Duration) string { return string(appendReset(nil, d)) }
+
+// appendReset appends ResetString(d): what time.Duration.String writes for
+// the rounded delay, whole milliseconds below a second ("250ms") or whole
+// seconds ("1h0m5s").
+func appendReset(b []byte, d time.Duration) []byte {
 	if d <= 0 {
-		return "0s"
+		return append(b, "0s"...)
 	}
 	if d < time.Second {
-		return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
+		ms := (d + time.Millisecond - 1) / time.Millisecond
+		if ms < 1000 {
+			return append(strconv.AppendInt(b, int64(ms), 10), "ms"...)
+		}
+		return append(b, "1s"...)
 	}
-	return ((d + time.Second - 1) / time.Second * time.Second).String()
+	if d > math.MaxInt64-time.Second+1 {
+		// Rounding up wraps around: what Duration.String makes of that.
+		return append(b, ((d + time.Second - 1) / time.Second * time.Second).String()...)
+	}
+	secs := int64((d + time.Second - 1) / time.Second)
+	if h := secs / 3600; h > 0 {
+		b = append(strconv.AppendInt(b, h, 10), 'h')
+		b = append(strconv.AppendInt(b, secs/60%60, 10), 'm')
+	} else if m := secs / 60; m > 0 {
+		b = append(strconv.AppendInt(b, m, 10), 'm')
+	}
+	return append(strconv.AppendInt(b, secs%60, 10), 's')
 }
 
 // ceilSecond rounds t up to a whole second.

@@ -1,7 +1,9 @@
 package dialect_test
 
 import (
+	"math"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -77,6 +79,57 @@ func TestResetString(t *testing.T) {
 		250 * time.Millisecond: "250ms", 1001 * time.Millisecond: "2s", 6 * time.Minute: "6m0s"} {
 		if got := dialect.ResetString(d); got != want {
 			t.Errorf("ResetString(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// ResetString is what time.Duration.String writes for the delay rounded up
+// (milliseconds below a second, seconds above), across every range.
+func TestResetStringMatchesDurationString(t *testing.T) {
+	ref := func(d time.Duration) string {
+		if d <= 0 {
+			return "0s"
+		}
+		if d < time.Second {
+			return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
+		}
+		return ((d + time.Second - 1) / time.Second * time.Second).String()
+	}
+	ds := []time.Duration{1, 999 * time.Microsecond, time.Millisecond, 999*time.Millisecond + 1, time.Second - 1,
+		time.Second, time.Second + 1, 59 * time.Second, time.Minute, time.Hour - 1, time.Hour, 25*time.Hour + 7,
+		1<<62 + 3, math.MaxInt64, math.MaxInt64 - time.Second, math.MaxInt64 - time.Second + 1, math.MaxInt64 - time.Second + 2}
+	for d := time.Duration(1); d < 1<<62; d = d*3 + 7 {
+		ds = append(ds, d, d+time.Millisecond/2, d*time.Second/7)
+	}
+	for _, d := range ds {
+		if got, want := dialect.ResetString(d), ref(d); got != want {
+			t.Errorf("ResetString(%d) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// The headers WriteHeader sets have one value each that later edits of one
+// header never change in another.
+func TestWriteHeaderValuesIndependent(t *testing.T) {
+	var l dialect.Limits
+	l.Set(dialect.Tokens, dialect.Counter{Limit: 10000, Remaining: 9000, Reset: 6 * time.Minute, At: at})
+	l.Set(dialect.Cost, dialect.Counter{Limit: 500000, Remaining: 499970, At: at})
+	h := http.Header{}
+	l.WriteHeader(h, dialect.OpenAI)
+	h.Add("X-Ratelimit-Limit-Tokens", "extra")
+	want := map[string][]string{
+		"X-Ratelimit-Cost-Limit-Dollars":     {"0.5"},
+		"X-Ratelimit-Cost-Remaining-Dollars": {"0.49997"},
+		"X-Ratelimit-Limit-Tokens":           {"10000", "extra"},
+		"X-Ratelimit-Remaining-Tokens":       {"9000"},
+		"X-Ratelimit-Reset-Tokens":           {"6m0s"},
+	}
+	if len(h) != len(want) {
+		t.Fatalf("headers %v, want %v", h, want)
+	}
+	for k, vs := range want {
+		if got := h.Values(k); !slices.Equal(got, vs) {
+			t.Errorf("%s = %q, want %q", k, got, vs)
 		}
 	}
 }

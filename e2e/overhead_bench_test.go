@@ -95,9 +95,11 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 	send := func(b *testing.B, h http.Handler, path string) {
 		b.Helper()
 		b.ReportAllocs()
+		cpu0 := processCPU(b)
 		for b.Loop() {
 			serveBenchChat(b, h, path)
 		}
+		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 
 	b.Run("bareproxy", func(b *testing.B) {
@@ -273,7 +275,9 @@ func BenchmarkFullChainOverhead(b *testing.B) {
 	b.Cleanup(func() { _ = gw.Close() })
 	h := gw.Handler()
 	b.ReportAllocs()
+	cpu0 := processCPU(b)
 	for b.Loop() {
 		serveBenchChatAs(b, h, "/openai/v1/chat/completions", "sk-sluice-bench")
 	}
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }

@@ -21,11 +21,11 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -459,8 +459,21 @@ func newRequestIDs() requestIDs {
 	return requestIDs{prefix: hex.EncodeToString(b[:])}
 }
 
+// next is fmt.Sprintf("%s-%08x", prefix, n) for the next n, in one
+// allocation.
 func (r *requestIDs) next() string {
-	return fmt.Sprintf("%s-%08x", r.prefix, r.n.Add(1))
+	n := r.n.Add(1)
+	var arr [16]byte
+	digits := strconv.AppendUint(arr[:0], n, 16)
+	var b strings.Builder
+	b.Grow(len(r.prefix) + 1 + max(len(digits), 8))
+	b.WriteString(r.prefix)
+	b.WriteByte('-')
+	for range 8 - len(digits) {
+		b.WriteByte('0')
+	}
+	b.Write(digits)
+	return b.String()
 }
 
 // validRequestID accepts client ids of 1..128 characters from a safe set, so

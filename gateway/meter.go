@@ -49,14 +49,14 @@ func (x *exchange) firstByte() {
 // the request's trace span with it.
 // Requests that reached no LLM endpoint of a route (no route, /v1/models,
 // /v1/quota, a CORS preflight, an unknown path under a route) have none.
-func (x *exchange) meter(start time.Time) {
+func (x *exchange) meter(start, end time.Time) {
 	g := x.g
 	if x.ep == "" || (g.opts.Meter == nil && g.opts.AccessLog == nil && x.span == nil) {
 		x.endSpan(nil)
 		return
 	}
 	var rec meter.Record
-	x.buildRecord(&rec, start, g.now())
+	x.buildRecord(&rec, start, end)
 	// The span ends with the record's facts, after the sink's append.
 	defer x.endSpan(&rec)
 	if g.opts.Meter != nil {

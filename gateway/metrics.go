@@ -1,6 +1,10 @@
 package gateway
 
 import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -73,4 +77,47 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// routeSeries caches one route's request series, each looked up in its vector
+// (labels checked and hashed) the first time a request needs it rather than
+// on every request. A series is created when first observed, as without the
+// cache.
+type routeSeries struct {
+	byStatus sync.Map // requestSeriesKey -> *requestSeries
+	overhead atomic.Pointer[prometheus.Observer]
+}
+
+type requestSeriesKey struct {
+	endpoint string
+	status   int
+}
+
+type requestSeries struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+// request returns route's series of requests to endpoint answered status.
+func (s *routeSeries) request(m *metrics, route, endpoint string, status int) *requestSeries {
+	k := requestSeriesKey{endpoint, status}
+	if v, ok := s.byStatus.Load(k); ok {
+		return v.(*requestSeries)
+	}
+	code := strconv.Itoa(status)
+	v, _ := s.byStatus.LoadOrStore(k, &requestSeries{
+		requests: m.requests.WithLabelValues(route, endpoint, code),
+		latency:  m.latency.WithLabelValues(route, code),
+	})
+	return v.(*requestSeries)
+}
+
+// overheadOf returns route's series of the time the gateway added.
+func (s *routeSeries) overheadOf(m *metrics, route string) prometheus.Observer {
+	if o := s.overhead.Load(); o != nil {
+		return *o
+	}
+	o := m.overhead.WithLabelValues(route)
+	s.overhead.Store(&o)
+	return o
 }

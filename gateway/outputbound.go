@@ -260,7 +260,9 @@ func (x *exchange) cutBody(body []byte, bound int64) ([]byte, bool) {
 		}
 		for i, c := range root.Get("choices").Array() {
 			text := c.Get(field)
-			if text.Type != gjson.String {
+			// Most answers end within the bound; a text that size alone
+			// shows within it is not counted.
+			if text.Type != gjson.String || tokencount.FitsBySize(text.Str, bound) {
 				continue
 			}
 			n := count(text.Str)

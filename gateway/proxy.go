@@ -37,18 +37,28 @@ type exchange struct {
 	rc    http.ResponseController // over w
 	r     *http.Request
 	reqID string
-	snap  *snapshot
-	rt    *route
-	ep    llmapi.Endpoint
+	// reqIDHeader is the X-Request-Id header value, []string{reqID}, set
+	// on the response wherever the id is (re)written.
+	reqIDHeader []string
+	snap        *snapshot
+	rt          *route
+	ep          llmapi.Endpoint
 	// dialect is the API the client speaks, which gateway-made errors and
 	// rate-limit headers are rendered in (see dialectFor).
 	dialect dialect.Dialect
 	call    *policies.Call
 	run     *policies.Run
+	// start is when serveProxy received the request.
+	start time.Time
+	// callv and reqv hold *call and its Request: one allocation with x.
+	callv policies.Call
+	reqv  policies.Request
 	// status is the status sent to the client (0 until headers are written).
 	status int
 	// bodyRead is set once the request body has been read to its end.
 	bodyRead bool
+	// writeDeadline is the write deadline extendWrite set last.
+	writeDeadline time.Time
 	// deadlines: w sets the client connection's deadlines (net/http's own
 	// ResponseWriter, which the server hands to the gateway unwrapped, does;
 	// test recorders do not, and are not asked each time).
@@ -66,14 +76,14 @@ type exchange struct {
 	span trace.Span
 	// tail is the last byte of a non-streamed body, written after the
 	// usage record is appended (hasTail: one is pending).
-	tail    byte
+	tail    [1]byte
 	hasTail bool
 }
 
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
 	g.metrics.inflight.Inc()
-	x := &exchange{g: g, w: w, rc: *http.NewResponseController(w), r: r}
+	x := &exchange{g: g, w: w, rc: *http.NewResponseController(w), r: r, start: start}
 	// Runs last, after the final phase, also when the handler panics.
 	defer x.releaseSnapshot()
 	defer func() {
@@ -82,8 +92,9 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				x.finishAbort()
 				g.metrics.inflight.Dec()
-				x.record(start)
-				x.meter(start)
+				end := g.now()
+				x.record(start, end)
+				x.meter(start, end)
 				panic(v)
 			}
 			g.log.Error("gateway handler panicked", "request_id", x.reqID, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
@@ -97,8 +108,9 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		}
 		x.finishAbort()
 		g.metrics.inflight.Dec()
-		x.record(start)
-		x.meter(start)
+		end := g.now()
+		x.record(start, end)
+		x.meter(start, end)
 		x.writeTail()
 	}()
 	x.startSpan()
@@ -120,23 +132,25 @@ func (x *exchange) finishAbort() {
 	}
 }
 
-// record updates the request metrics once the response is over.
-func (x *exchange) record(start time.Time) {
+// record updates the request metrics once the response is over (at end).
+func (x *exchange) record(start, end time.Time) {
 	status := x.status
 	if status == 0 {
 		status = statusClientClosed
 	}
-	route, ep := "", string(x.ep)
-	if x.rt != nil {
-		route = x.rt.name
+	m, ep := x.g.metrics, string(x.ep)
+	if x.rt == nil {
+		code := strconv.Itoa(status)
+		m.requests.WithLabelValues("", ep, code).Inc()
+		m.latency.WithLabelValues("", code).Observe(end.Sub(start).Seconds())
+		return
 	}
-	code := strconv.Itoa(status)
-	end := x.g.now()
-	x.g.metrics.requests.WithLabelValues(route, ep, code).Inc()
-	x.g.metrics.latency.WithLabelValues(route, code).Observe(end.Sub(start).Seconds())
+	ser := x.rt.series.request(m, x.rt.name, ep, status)
+	ser.requests.Inc()
+	ser.latency.Observe(end.Sub(start).Seconds())
 	if !x.upstreamDone.IsZero() && status < 300 {
 		added := end.Sub(start) - x.upstreamDone.Sub(x.upstreamStart)
-		x.g.metrics.overhead.WithLabelValues(route).Observe(max(added, 0).Seconds())
+		x.rt.series.overheadOf(m, x.rt.name).Observe(max(added, 0).Seconds())
 	}
 }
 
@@ -145,21 +159,25 @@ func (x *exchange) record(start time.Time) {
 // x.ep first). The body is not read yet: setBody adds it.
 func (x *exchange) newCall(rest string) *policies.Call {
 	r, rt := x.r, x.rt
-	shared := sharedctx.New(x.reqID, rt.name, rt.name, rt.provider.name)
+	// Room for a few keys per policy and the gateway's own (usage, prompt
+	// estimate), so that the map is not grown while the chain runs.
+	shared := sharedctx.NewSized(x.reqID, rt.name, rt.name, rt.provider.name, 4+2*rt.chain.Len())
 	shared.Endpoint = string(x.ep)
-	return &policies.Call{
-		Ctx:    r.Context(),
-		Shared: shared,
-		Request: &policies.Request{
-			Method:   r.Method,
-			Path:     rest,
-			Header:   r.Header,
-			Query:    r.URL.Query(),
-			RemoteIP: remoteIP(r),
-		},
-		ClientHeader: make(http.Header),
-		Started:      x.g.now(),
+	x.reqv = policies.Request{
+		Method:   r.Method,
+		Path:     rest,
+		Header:   r.Header,
+		Query:    r.URL.Query(),
+		RemoteIP: remoteIP(r),
 	}
+	x.callv = policies.Call{
+		Ctx:          r.Context(),
+		Shared:       shared,
+		Request:      &x.reqv,
+		ClientHeader: make(http.Header),
+		Started:      x.start,
+	}
+	return &x.callv
 }
 
 func (x *exchange) serve() {
@@ -171,7 +189,8 @@ func (x *exchange) serve() {
 	} else {
 		x.reqID = x.usage.id
 	}
-	w.Header().Set("X-Request-Id", x.reqID)
+	x.reqIDHeader = []string{x.reqID}
+	w.Header()["X-Request-Id"] = x.reqIDHeader
 
 	snap := g.acquire()
 	if snap == nil {
@@ -183,8 +202,9 @@ func (x *exchange) serve() {
 		return
 	}
 	x.snap = snap
+	// The write deadline root set moments ago stands until the first write
+	// (every write extends it).
 	_, x.deadlines = x.w.(connDeadlines)
-	x.extendWrite()
 	if hasBody(r) {
 		// The body must arrive within server.readTimeout. The deadline is set
 		// first so that it also bounds net/http's own reads of a body this
@@ -286,20 +306,7 @@ func (x *exchange) serve() {
 // identify runs every policies.Identifier of the route's chain on call, in
 // chain order, and returns the first failure with its policy named.
 func (x *exchange) identify(call *policies.Call) *gwerror.Error {
-	entries := x.rt.chain.EntriesFor(call)
-	for i := range entries {
-		id, ok := entries[i].Policy.(policies.Identifier)
-		if !ok {
-			continue
-		}
-		if gerr := id.Identify(call); gerr != nil {
-			if gerr.Policy == "" {
-				gerr.Policy = entries[i].Def.Name
-			}
-			return gerr
-		}
-	}
-	return nil
+	return x.rt.chain.Identify(call)
 }
 
 // proxy runs everything after admission: upstream, response phase, delivery
@@ -494,7 +501,7 @@ func (x *exchange) body(resp *http.Response) {
 	// has its record in the sink, even if the gateway dies right after.
 	b := presp.Body
 	if n := len(b); n > 0 {
-		x.tail, x.hasTail = b[n-1], true
+		x.tail[0], x.hasTail = b[n-1], true
 		b = b[:n-1]
 	}
 	if err := x.writeBody(b); err != nil {
@@ -518,7 +525,7 @@ func (x *exchange) writeTail() {
 	}
 	x.hasTail = false
 	x.extendWrite()
-	_, _ = x.w.Write([]byte{x.tail})
+	_, _ = x.w.Write(x.tail[:])
 }
 
 // connDeadlines is what http.ResponseController calls to set deadlines.
@@ -533,11 +540,25 @@ const writeChunk = 64 << 10
 // extendWrite gives the next write to the client server.writeTimeout: a
 // client that does not take the bytes in that time is cut (the write fails).
 // Deadlines are wall-clock time, whatever clock the gateway was given.
+//
+// A deadline less than writeSlack later than the one set last is not set:
+// re-arming the connection's timer costs more than the write it guards, and
+// the writes of a short answer come microseconds apart.
 func (x *exchange) extendWrite() {
-	if x.deadlines {
-		_ = x.rc.SetWriteDeadline(time.Now().Add(x.writeTimeout()))
+	if !x.deadlines {
+		return
 	}
+	d := time.Now().Add(x.writeTimeout())
+	if !x.writeDeadline.IsZero() && d.Sub(x.writeDeadline) < writeSlack {
+		return
+	}
+	x.writeDeadline = d
+	_ = x.rc.SetWriteDeadline(d)
 }
+
+// writeSlack bounds how much sooner than server.writeTimeout after a write a
+// client can be cut (extendWrite).
+const writeSlack = time.Millisecond
 
 func (x *exchange) setReadDeadline(t time.Time) {
 	if x.deadlines {
@@ -839,7 +860,7 @@ func (x *exchange) addClientHeaders() {
 		h[k] = vs
 	}
 	x.call.Limits().WriteHeader(h, x.dialect)
-	h.Set("X-Request-Id", x.reqID)
+	h["X-Request-Id"] = x.reqIDHeader
 }
 
 func (x *exchange) writeHeader(status int) {
@@ -851,6 +872,9 @@ func checkContentType(ct string) *gwerror.Error {
 	if ct == "" {
 		return gwerror.New(http.StatusUnsupportedMediaType, gwerror.TypeInvalidRequest, gwerror.CodeUnsupportedMedia,
 			"Content-Type must be application/json")
+	}
+	if ct == "application/json" {
+		return nil // what mime.ParseMediaType accepts below, without its map
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {

@@ -46,6 +46,8 @@ type route struct {
 	chain    *policies.Chain
 	// cors is nil when the route sets no cors.
 	cors *corsPolicy
+	// series caches the route's request metrics (metrics.go).
+	series routeSeries
 }
 
 type provider struct {

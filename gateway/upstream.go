@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -113,17 +114,7 @@ func (g *Gateway) attempt(ctx context.Context, p *provider, ti, n int, call *pol
 	u := *p.targets[ti]
 	u.Path = u.Path + call.Request.Path
 	u.RawPath = ""
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(actx, call.Request.Method, u.String(), rd)
-	if err != nil {
-		timer.Stop()
-		cancel()
-		return nil, err
-	}
-	req.Header = header
+	req := newUpstreamRequest(actx, call.Request.Method, &u, header, body)
 	_, span := g.attemptSpan(ctx, p, call, n, req)
 	resp, err := g.transport.RoundTrip(req)
 	if !timer.Stop() || timedOut.Load() {
@@ -141,6 +132,45 @@ func (g *Gateway) attempt(ctx context.Context, p *provider, ti, n int, call *pol
 	}
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel, span: span, status: resp.StatusCode}
 	return resp, nil
+}
+
+// newUpstreamRequest is http.NewRequestWithContext(ctx, method, u.String(),
+// bytes.NewReader(body)) with header as its Header (body nil: no body),
+// built from u directly instead of formatting u and parsing it back: the
+// same request (URL, Host, ContentLength, GetBody, Body) for less work.
+// method is the client's, which net/http's server already checked is a
+// valid token.
+func newUpstreamRequest(ctx context.Context, method string, u *url.URL, header http.Header, body []byte) *http.Request {
+	u.Host = removeEmptyPort(u.Host)
+	req := &http.Request{
+		Method:     method,
+		URL:        u,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     header,
+		Host:       u.Host,
+	}
+	switch {
+	case body == nil:
+	case len(body) == 0:
+		req.Body = http.NoBody
+		req.GetBody = func() (io.ReadCloser, error) { return http.NoBody, nil }
+	default:
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	return req.WithContext(ctx)
+}
+
+// removeEmptyPort strips the empty port of "host:", as net/http does for
+// the Host of a new request (RFC 3986 section 6.2.3).
+func removeEmptyPort(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i == len(host)-1 && i > strings.LastIndexByte(host, ']') {
+		return host[:i]
+	}
+	return host
 }
 
 // cancelOnClose releases the attempt's context when the body is closed, and

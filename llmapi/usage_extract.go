@@ -116,8 +116,28 @@ func UsageFromBody(ep Endpoint, body []byte, n int) (*Usage, error) {
 	if !root.IsObject() {
 		return nil, nil
 	}
+	// One pass over the top-level members finds the ones read below, each
+	// at its first occurrence (the one root.Get would return).
+	var usage, finish gjson.Result
+	var haveUsage, haveFinish bool
+	finishKey := "choices"
+	switch ep {
+	case Responses:
+		finishKey = "status"
+	case Messages:
+		finishKey = "stop_reason"
+	}
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case !haveUsage && k.Str == "usage":
+			usage, haveUsage = v, true
+		case !haveFinish && k.Str == finishKey:
+			finish, haveFinish = v, true
+		}
+		return !haveUsage || !haveFinish
+	})
 	u := &Usage{Authoritative: true, ExpectedChoices: n}
-	if !usageFields(ep, root.Get("usage"), u) {
+	if !usageFields(ep, usage, u) {
 		return nil, nil
 	}
 	finalize(ep, u, u.PromptTokens)
@@ -127,15 +147,15 @@ func UsageFromBody(ep Endpoint, body []byte, n int) (*Usage, error) {
 		u.TotalTokens = u.PromptTokens
 		u.FinishedChoices = n
 	case Responses:
-		if s := root.Get("status").Str; s == "completed" || s == "incomplete" {
+		if s := finish.Str; s == "completed" || s == "incomplete" {
 			u.FinishedChoices = 1
 		}
 	case Messages:
-		if finishReason(root.Get("stop_reason")) {
+		if finishReason(finish) {
 			u.FinishedChoices = 1
 		}
 	default:
-		root.Get("choices").ForEach(func(_, c gjson.Result) bool {
+		finish.ForEach(func(_, c gjson.Result) bool {
 			if finishReason(c.Get("finish_reason")) {
 				u.FinishedChoices++
 			}

@@ -324,3 +324,16 @@ func TestCountedUsage(t *testing.T) {
 		}
 	})
 }
+
+// benchUsageBody is the mock upstream's chat completion (the e2e benchmarks' answer).
+const benchUsageBody = `{"id":"chatcmpl-mock-1","object":"chat.completion","created":1796157140,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":" tok tok tok tok tok tok tok tok tok tok tok tok tok tok tok tok"},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":29,"completion_tokens":16,"total_tokens":45,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}`
+
+func BenchmarkUsageFromBody(b *testing.B) {
+	body := []byte(benchUsageBody)
+	b.ReportAllocs()
+	for b.Loop() {
+		if u, err := UsageFromBody(ChatCompletions, body, 1); err != nil || u.TotalTokens != 45 || u.FinishedChoices != 1 {
+			b.Fatalf("usage %+v, %v", u, err)
+		}
+	}
+}

@@ -83,6 +83,25 @@ func (c *Chain) EntriesFor(call *Call) []*Entry {
 	return out
 }
 
+// Identify runs every Identifier among the members that run for call, in
+// list order, and returns the first failure with its policy named.
+func (c *Chain) Identify(call *Call) *gwerror.Error {
+	for _, i := range c.active(call) {
+		e := &c.entries[i]
+		id, ok := e.Policy.(Identifier)
+		if !ok {
+			continue
+		}
+		if gerr := id.Identify(call); gerr != nil {
+			if gerr.Policy == "" {
+				gerr.Policy = e.Def.Name
+			}
+			return gerr
+		}
+	}
+	return nil
+}
+
 // active returns the indexes of the entries that run for call.
 func (c *Chain) active(call *Call) []int {
 	if c.views == nil {
@@ -442,13 +461,25 @@ func (r *Run) Finish(o Outcome) bool {
 		o.RejectedBy = r.rejectedBy
 	}
 	r.outcome = o
+	// Each policy gets its own copy of o, all copies in one allocation.
+	n := 0
+	for k := r.ran - 1; k >= 0; k-- {
+		if r.chain.entries[r.active[k]].final != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return true
+	}
+	copies := make([]Outcome, n)
 	for k := r.ran - 1; k >= 0; k-- {
 		e := &r.chain.entries[r.active[k]]
 		if e.final == nil {
 			continue
 		}
-		oc := o
-		r.finalOne(e, &oc)
+		n--
+		copies[n] = o
+		r.finalOne(e, &copies[n])
 	}
 	return true
 }

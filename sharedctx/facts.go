@@ -61,5 +61,21 @@ func (c *SharedContext) CostStatus() string { return c.String(KeyLLMCostStatus) 
 // llm-cost calls it; a later call replaces both.
 func (c *SharedContext) SetCost(micros int64, status string) {
 	c.Metadata[KeyLLMCost] = MicroUSD(micros)
-	c.Metadata[KeyLLMCostStatus] = status
+	c.Metadata[KeyLLMCostStatus] = StatusValue(status)
+}
+
+// StatusValue is status as a Metadata or Analytics value: any(status),
+// without an allocation for the cost statuses.
+func StatusValue(status string) any {
+	switch status {
+	case CostStatusCalculated:
+		return CostStatusCalculated
+	case CostStatusEstimated:
+		return CostStatusEstimated
+	case CostStatusUnpriced:
+		return CostStatusUnpriced
+	case CostStatusNoUsage:
+		return CostStatusNoUsage
+	}
+	return status
 }

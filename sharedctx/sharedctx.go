@@ -29,10 +29,12 @@ const (
 	KeyLLMUsage = "x-llm-usage"
 )
 
-// Values of KeyLLMCostStatus that cost limits settle with.
+// Values of KeyLLMCostStatus; cost limits settle with the first two.
 const (
 	CostStatusCalculated = "calculated"
 	CostStatusEstimated  = "estimated"
+	CostStatusUnpriced   = "unpriced"
+	CostStatusNoUsage    = "no_usage"
 )
 
 // DefaultApplicationID is the scope used by consumer-based limits when a request
@@ -72,12 +74,18 @@ type SharedContext struct {
 
 // New returns a SharedContext with empty maps.
 func New(requestID, route, api, provider string) *SharedContext {
+	return NewSized(requestID, route, api, provider, 8)
+}
+
+// NewSized is New with room for metadata keys in Metadata (at least 8): a
+// map sized for the keys a chain writes is not grown while it runs.
+func NewSized(requestID, route, api, provider string, metadata int) *SharedContext {
 	return &SharedContext{
 		RequestID: requestID,
 		RouteName: route,
 		APIName:   api,
 		Provider:  provider,
-		Metadata:  make(map[string]any, 8),
+		Metadata:  make(map[string]any, max(metadata, 8)),
 		Analytics: make(map[string]any, 4),
 	}
 }

@@ -193,6 +193,14 @@ func (c *Counter) Count(model, text string) int {
 	return int(c.countTexts(encodingFor(model), []string{text}))
 }
 
+// FitsBySize reports that text counts at most n tokens under every
+// encoding by its size alone: valid UTF-8 never counts more tokens than it
+// has bytes (every token is at least one byte, and sampling extrapolates by
+// bytes). False says nothing: count it.
+func FitsBySize(text string, n int64) bool {
+	return int64(len(text)) <= n && utf8.ValidString(text)
+}
+
 // Prefix returns the longest prefix of text, cut at a character boundary,
 // that counts at most n tokens under model's encoding, and its count: text
 // itself when it has at most n tokens, "" for n <= 0. The gateway cuts an
@@ -318,7 +326,8 @@ func (c *Counter) EstimatePrompt(req *llmapi.Request) int64 {
 	if req == nil {
 		return 0
 	}
-	var e estimator
+	var texts [16]string // most prompts have fewer texts: no allocation
+	e := estimator{texts: texts[:0]}
 	e.collect(req)
 	return e.fixed + c.countTexts(encodingFor(req.Model), e.texts)
 }

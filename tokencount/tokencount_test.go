@@ -329,3 +329,36 @@ func TestPrefix(t *testing.T) {
 		t.Fatalf("Prefix(3) = %q, %d", p, k)
 	}
 }
+
+// A text FitsBySize says fits n tokens counts at most n under every
+// encoding; invalid UTF-8 is never judged by its size.
+func TestFitsBySize(t *testing.T) {
+	c := New()
+	long := strings.Repeat("a b c d e f g h i j k l m n o p ", 5000) // sampled (> SampleThreshold)
+	for _, tc := range []struct {
+		text string
+		n    int64
+		fits bool
+	}{
+		{"", 0, true},
+		{"hello", 5, true},
+		{"hello", 4, false},
+		{" tok tok tok tok", 16, true},
+		{"日本語のテキスト", 24, true},
+		{"\xff\xfe\xfd", 3, false},
+		{"a\x7fb", 3, true},
+		{long, int64(len(long)), true},
+	} {
+		if got := FitsBySize(tc.text, tc.n); got != tc.fits {
+			t.Errorf("FitsBySize(%.20q, %d) = %v, want %v", tc.text, tc.n, got, tc.fits)
+		}
+		if !tc.fits {
+			continue
+		}
+		for _, model := range []string{"gpt-4o-mini", "gpt-4", "claude-3-5-sonnet"} {
+			if k := c.Count(model, tc.text); int64(k) > tc.n {
+				t.Errorf("%s counts %.20q as %d tokens, more than %d", model, tc.text, k, tc.n)
+			}
+		}
+	}
+}

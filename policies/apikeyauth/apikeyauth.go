@@ -182,13 +182,14 @@ func (p *policy) Identify(c *policies.Call) *gwerror.Error {
 			"this application may not use this route")
 	}
 	sh := c.Shared
-	sh.Metadata[sharedctx.KeyApplicationID] = cred.ApplicationID
+	app := any(cred.ApplicationID) // boxed once for both maps
+	sh.Metadata[sharedctx.KeyApplicationID] = app
 	sh.Auth.Authenticated = true
 	sh.Auth.ApplicationID = cred.ApplicationID
 	sh.Auth.CredentialID = cred.KeyID
 	sh.Auth.Method = AuthMethod
 	if sh.Analytics != nil {
-		sh.Analytics["application_id"] = cred.ApplicationID
+		sh.Analytics["application_id"] = app
 	}
 	return nil
 }

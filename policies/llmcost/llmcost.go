@@ -41,10 +41,10 @@ const (
 	StatusEstimated = sharedctx.CostStatusEstimated
 	// StatusUnpriced: the model is not in the catalog and no defaultPrice is set;
 	// the cost is reported as 0.
-	StatusUnpriced = "unpriced"
+	StatusUnpriced = sharedctx.CostStatusUnpriced
 	// StatusNoUsage: neither the provider nor the gateway has usage to price
 	// (nothing was delivered); the cost is reported as 0.
-	StatusNoUsage = "no_usage"
+	StatusNoUsage = sharedctx.CostStatusNoUsage
 )
 
 // HeaderCost is the response header carrying the cost in USD on non-streamed
@@ -217,10 +217,11 @@ func (p *policy) price(c *policies.Call, u *llmapi.Usage) (int64, string) {
 		status = StatusNoUsage
 	}
 	c.Shared.SetCost(cost, status)
-	c.Shared.Metadata[p.doneKey] = status
+	boxed := sharedctx.StatusValue(status)
+	c.Shared.Metadata[p.doneKey] = boxed
 	if c.Shared.Analytics != nil {
 		c.Shared.Analytics[AnalyticsCost] = sharedctx.MicroUSD(cost).USD()
-		c.Shared.Analytics[AnalyticsStatus] = status
+		c.Shared.Analytics[AnalyticsStatus] = boxed
 		if priced != "" {
 			c.Shared.Analytics[AnalyticsModel] = priced
 		}

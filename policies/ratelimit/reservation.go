@@ -48,14 +48,54 @@ type Reservation struct {
 	// Output is the output tokens per choice that were reserved (after any clamp).
 	Output int64
 
-	actual   Amounts
+	actual Amounts
+}
+
+// reservation1, reservation2 and reservationN are a Reservation allocated
+// with room for its counters' debits, ticket windows and deltas (one, two,
+// up to inlineDebits): most engines charge one or two counters, and a
+// reservation sized for eight is zeroed and scanned at three times the
+// bytes.
+type reservation1 struct {
+	Reservation
+	debitArr [1]counter.Debit
+	winArr   [1]int64
+	deltaArr [1]int64
+}
+
+type reservation2 struct {
+	Reservation
+	debitArr [2]counter.Debit
+	winArr   [2]int64
+	deltaArr [2]int64
+}
+
+type reservationN struct {
+	Reservation
 	debitArr [inlineDebits]counter.Debit
 	winArr   [inlineDebits]int64
 	deltaArr [inlineDebits]int64
 }
 
 func (e *Engine) newReservation(a *Admission) *Reservation {
-	r := &Reservation{eng: e}
+	var r *Reservation
+	switch n := len(a.Counters); {
+	case n <= 1:
+		v := &reservation1{}
+		r = &v.Reservation
+		r.debits, r.ticket.Window, r.deltas = v.debitArr[:n], v.winArr[:n], v.deltaArr[:n]
+	case n <= 2:
+		v := &reservation2{}
+		r = &v.Reservation
+		r.debits, r.ticket.Window, r.deltas = v.debitArr[:n], v.winArr[:n], v.deltaArr[:n]
+	case n <= inlineDebits:
+		v := &reservationN{}
+		r = &v.Reservation
+		r.debits, r.ticket.Window, r.deltas = v.debitArr[:n], v.winArr[:n], v.deltaArr[:n]
+	default:
+		r = &Reservation{debits: make([]counter.Debit, n), ticket: counter.Ticket{Window: make([]int64, n)}, deltas: make([]int64, n)}
+	}
+	r.eng = e
 	r.fill(e, a)
 	return r
 }
@@ -67,11 +107,7 @@ func (e *Engine) newReservation(a *Admission) *Reservation {
 func (r *Reservation) fill(e *Engine, a *Admission) {
 	n := len(a.Counters)
 	r.sel = a.Counters
-	if n <= inlineDebits {
-		r.debits = r.debitArr[:n]
-		r.deltas = r.deltaArr[:n]
-		r.ticket.Window = r.winArr[:n]
-	} else {
+	if len(r.debits) != n {
 		r.debits = make([]counter.Debit, n)
 		r.deltas = make([]int64, n)
 		r.ticket.Window = make([]int64, n)
