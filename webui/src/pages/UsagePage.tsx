@@ -264,7 +264,7 @@ const compact = (n: number) => count(n, true);
  * wait for them rather than being drawn twice, with ids and then names. */
 function Charts({ series, denied, split, label, naming }: { series: ReportQuery; denied: ReportQuery; split: Split; label: (v: string) => string; naming: boolean }) {
   // The chart data change only with the reports and the series' names: the
-  // charts (Recharts, the costliest part of the page to render) are not
+  // charts (the costliest part of the page to render) are not
   // redrawn when another of the page's queries answers.
   const r0 = series.data;
   const d0 = denied.data;
