@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -202,21 +203,42 @@ func gatewayLine(t *testing.T, p *proctest.Proc) string {
 
 func grepFiles(t *testing.T, dir, needle string) {
 	t.Helper()
-	err := filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
+	// The process under test keeps writing its data directory (the spool
+	// replaces its ack file by write-rename): a file that vanishes between
+	// the listing and the read is skipped and the walk is made again, so
+	// that what it was renamed to is read too.
+	for attempt := 0; ; attempt++ {
+		vanished := false
+		err := filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
+			if errors.Is(err, fs.ErrNotExist) {
+				vanished = true
+				return nil
+			}
+			if err != nil || fi.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				vanished = true
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if bytes.Contains(b, []byte(needle)) {
+				t.Errorf("%s holds %q in clear", path, needle)
+			}
+			return nil
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		if bytes.Contains(b, []byte(needle)) {
-			t.Errorf("%s holds %q in clear", path, needle)
+		if !vanished {
+			return
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		if attempt == 10 {
+			t.Fatalf("files of %s kept vanishing during 10 walks", dir)
+		}
 	}
 }
 
