@@ -239,12 +239,14 @@ func (s *Source) apply(u *Update) {
 		return
 	}
 	s.Logger.Info("deployment applied", "version", u.Version, "routes", len(d.Routes))
-	s.record(Status{Version: u.Version, Result: "applied"}, true)
+	// Cached before it is recorded: once Version (and the platform's
+	// report) says u is served, a restart without the platform serves u too.
 	if s.Cache != nil {
 		if err := s.Cache.Save(u); err != nil {
 			s.Logger.Warn("could not cache the deployment", "error", err)
 		}
 	}
+	s.record(Status{Version: u.Version, Result: "applied"}, true)
 }
 
 // reportLoop sends a check-in after each outcome and every ReportEvery, with
