@@ -8,6 +8,7 @@ package e2e
 // it and when it freed its sequences.
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -164,6 +165,14 @@ func (e *fairEnv) hold(app string) (release func()) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		hangUp()
 		e.t.Fatalf("holding stream: %v %v", resp, err)
+	}
+	// The mock answers 200 before it admits and prefills the request: the
+	// first token event is what says the engine holds A's sequence and
+	// has written output (a hang-up before it would cancel a request that
+	// never started, which is not what the callers test).
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		hangUp()
+		e.t.Fatalf("holding stream: no first event: %v", err)
 	}
 	return func() { hangUp(); resp.Body.Close() }
 }
