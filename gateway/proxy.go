@@ -556,6 +556,10 @@ func (x *exchange) extendWrite() {
 	_ = x.rc.SetWriteDeadline(d)
 }
 
+// lingerRead bounds how long the rest of a refused request's body is
+// discarded before its connection closes (exchange.fail).
+const lingerRead = 500 * time.Millisecond
+
 // writeSlack bounds how much sooner than server.writeTimeout after a write a
 // client can be cut (extendWrite).
 const writeSlack = time.Millisecond
@@ -813,8 +817,15 @@ func (x *exchange) fail(gerr *gwerror.Error) {
 	x.status = statusOr500(gerr.Status)
 	x.usage.err = gerr
 	if !x.bodyRead {
+		// The connection closes after the answer. net/http first discards
+		// what is left of the body if that is at most 256 KiB, so that the
+		// close is a FIN the client reads the answer before, not a reset
+		// of a connection with unread data that can reach the client while
+		// it still writes (a zip bomb refused after a few KiB); the
+		// deadline bounds what that costs to lingerRead. A larger rest is
+		// not read: net/http half-closes and waits instead.
 		x.w.Header().Set("Connection", "close")
-		x.setReadDeadline(time.Now())
+		x.setReadDeadline(time.Now().Add(lingerRead))
 	}
 	x.extendWrite()
 	gerr.Write(x.w, x.dialect, x.reqID)
