@@ -21,7 +21,7 @@ import { UsageChart } from "../usage/UsageChart";
 import {
   count,
   exportName,
-  minuteNow,
+  minuteEnd,
   periods,
   pivot,
   rangeFor,
@@ -99,7 +99,7 @@ export function UsagePage() {
   const [period, setPeriod] = useState<Period>(defaultPeriod);
   const [customFrom, setCustomFrom] = useState("");
   const [customTo, setCustomTo] = useState("");
-  const [now, setNow] = useState(() => minuteNow());
+  const [now, setNow] = useState(() => minuteEnd());
   const [application, setApplication] = useState<string | null>(null);
   const [provider, setProvider] = useState<string | null>(null);
   const [model, setModel] = useState("");
@@ -152,7 +152,7 @@ export function UsagePage() {
         description="Requests, tokens and cost as the gateways metered them, from the platform's hourly and daily rollups (UTC buckets)."
         actions={
           <Group gap="xs">
-            <Button variant="default" leftSection={<IconRefresh size={16} aria-hidden />} onClick={() => setNow(minuteNow())}>
+            <Button variant="default" leftSection={<IconRefresh size={16} aria-hidden />} onClick={() => setNow(minuteEnd())}>
               Refresh
             </Button>
             <Menu position="bottom-end">

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   bucketStarts,
   exportName,
-  minuteNow,
+  minuteEnd,
   pivot,
   rangeFor,
   recordsQuery,
@@ -48,8 +48,10 @@ describe("rangeFor", () => {
     expect(rangeFor("custom", now, { from, to: from })).toBeNull();
     expect(rangeFor("custom", now, { from, to: null })).toBeNull();
   });
-  it("rounds now down to the minute", () => {
-    expect(minuteNow(Date.parse("2026-12-01T12:34:56.789Z")).toISOString()).toBe("2026-12-01T12:34:00.000Z");
+  it("ends a live period at the end of the current minute", () => {
+    expect(minuteEnd(Date.parse("2026-12-01T12:34:56.789Z")).toISOString()).toBe("2026-12-01T12:35:00.000Z");
+    // In the first minute of an hour, the range still holds that hour.
+    expect(minuteEnd(Date.parse("2026-12-01T13:00:00.000Z")).toISOString()).toBe("2026-12-01T13:01:00.000Z");
   });
 });
 

@@ -64,10 +64,13 @@ export function rangeFor(period: Period, now: Date, custom?: { from: Date | null
   }
 }
 
-/** Now, rounded down to the minute: queries of the same period made within a
- * minute share their cache key. */
-export function minuteNow(ms: number = Date.now()): Date {
-  return new Date(Math.floor(ms / 60_000) * 60_000);
+/** The end of the current minute: a live period ends there, so queries of
+ * the same period made within a minute share their cache key and still
+ * cover every request up to now (rounded down, a page loaded in the first
+ * minute of an hour would end its range at that hour and leave out the
+ * requests made since). */
+export function minuteEnd(ms: number = Date.now()): Date {
+  return new Date((Math.floor(ms / 60_000) + 1) * 60_000);
 }
 
 export interface Filters {

@@ -4,7 +4,7 @@ import type { QueryClient } from "@tanstack/react-query";
 import { data, type Client } from "../api/client";
 import { alertsOptions, webhookOptions } from "../api/budgets";
 import { applicationsOptions, providersOptions } from "../api/queries";
-import { minuteNow, rangeFor, recordsQuery, usageQuery, type Filters, type Range, type TopDimension, type UsageRecordPage, type UsageReport } from "./model";
+import { minuteEnd, rangeFor, recordsQuery, usageQuery, type Filters, type Range, type TopDimension, type UsageRecordPage, type UsageReport } from "./model";
 
 export const usageStaleTime = 30_000;
 
@@ -45,7 +45,7 @@ export const defaultSplit = "application" as const;
  * itself), so that the route's loader can have the page rendered once with
  * its data rather than once per answer. A query with data in the cache does
  * not hold the page, stale or not: the page refetches it as it mounts. */
-export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteNow()): Promise<unknown> {
+export function prefetchUsage(qc: QueryClient, client: Client, now: Date = minuteEnd()): Promise<unknown> {
   const range = rangeFor(defaultPeriod, now);
   if (!range) return Promise.resolve();
   return Promise.allSettled([
