@@ -19,7 +19,7 @@ func appendFields[F fieldFormat](dst []byte, r *Record, f F, ts bool) []byte {
 	dst = optString(dst, f, "client_request_id", r.ClientRequestID)
 	if ts {
 		dst = append(dst, `,"ts":"`...)
-		dst = r.Time.UTC().AppendFormat(dst, timeLayout)
+		dst = appendRFC3339Fixed(dst, r.Time.UTC(), 6) // timeLayout
 		dst = append(dst, '"')
 	}
 	dst = optString(dst, f, "gateway_id", r.GatewayID)
@@ -122,12 +122,4 @@ func (r *Record) AppendAccessJSON(dst []byte, t time.Time) []byte {
 
 // appendRFC3339Millis is log/slog's text time: RFC 3339 with exactly three
 // fractional digits, truncated.
-func appendRFC3339Millis(b []byte, t time.Time) []byte {
-	const prefixLen = len("2006-01-02T15:04:05.000")
-	n := len(b)
-	// RFC3339Nano trims trailing zeros: adding a tenth of a millisecond
-	// keeps four digits, the fourth then dropped.
-	t = t.Truncate(time.Millisecond).Add(time.Millisecond / 10)
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b[:n+prefixLen], b[n+prefixLen+1:]...)
-}
+func appendRFC3339Millis(b []byte, t time.Time) []byte { return appendRFC3339Fixed(b, t, 3) }

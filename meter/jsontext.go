@@ -19,7 +19,13 @@ func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10
 func appendJSONString(dst []byte, s string, slog bool) []byte {
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	i := 0
+	// Most values (ids, names, models) need no escape: eight bytes at a
+	// time while none of them does.
+	for i+8 <= len(s) && !swarHas(load8(s, i), 0x20, '"', '\\') {
+		i += 8
+	}
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
@@ -79,7 +85,11 @@ func needsQuoting(s string) bool {
 	if s == "" {
 		return true
 	}
-	for i := 0; i < len(s); {
+	i := 0
+	for i+8 <= len(s) && !swarHas(load8(s, i), 0x21, '=', '"') {
+		i += 8
+	}
+	for i < len(s) {
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if b < 0x20 || b == ' ' || b == '=' || b == '"' {
@@ -99,3 +109,22 @@ func needsQuoting(s string) bool {
 
 // appendQuote appends s quoted as strconv.Quote does.
 func appendQuote(dst []byte, s string) []byte { return strconv.AppendQuote(dst, s) }
+
+// load8 returns the eight bytes of s from i as a little-endian word.
+func load8(s string, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+}
+
+// swarHas reports whether a byte of w is below less (at most 0x80), is a
+// or b, or is not ASCII. It never misses such a byte; the callers then look
+// at the bytes one by one, so a false report would cost time only (the
+// tests compare both paths).
+func swarHas(w uint64, less, a, b byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	lt := (w - ones*uint64(less)) &^ w
+	xa := w ^ ones*uint64(a)
+	xb := w ^ ones*uint64(b)
+	return (lt|(xa-ones)&^xa|(xb-ones)&^xb|w)&highs != 0
+}

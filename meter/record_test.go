@@ -331,3 +331,31 @@ func tableNames(lines []string) []string {
 	}
 	return out
 }
+
+// TestEscapeScanAtEveryOffset: a byte that needs escaping or quoting is
+// found wherever it stands in a long value (the scan reads eight bytes at
+// a time): every byte value at every offset of a 19-byte string.
+func TestEscapeScanAtEveryOffset(t *testing.T) {
+	for c := range 256 {
+		for at := range 19 {
+			b := []byte(strings.Repeat("a", 19))
+			b[at] = byte(c)
+			s := string(b)
+			checkAppendString(t, s)
+			if got, want := needsQuoting(s), quotesByteWise(s); got != want {
+				t.Errorf("needsQuoting(%q) = %v, want %v", s, got, want)
+			}
+		}
+	}
+}
+
+// quotesByteWise is needsQuoting one byte at a time, for a string whose only
+// non-ASCII content is single bytes (invalid UTF-8 is quoted).
+func quotesByteWise(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b < 0x20 || b == ' ' || b == '=' || b == '"' || b >= 0x80 {
+			return true
+		}
+	}
+	return s == ""
+}
