@@ -19,7 +19,9 @@ func appendFields[F fieldFormat](dst []byte, r *Record, f F, ts bool) []byte {
 	dst = optString(dst, f, "client_request_id", r.ClientRequestID)
 	if ts {
 		dst = append(dst, `,"ts":"`...)
-		dst = appendRFC3339Fixed(dst, r.Time.UTC(), 6) // timeLayout
+		// RFC 3339 in UTC with a fixed six-digit fraction, so every
+		// record's timestamp has the same width and sorts as text.
+		dst = appendRFC3339Fixed(dst, r.Time.UTC(), 6)
 		dst = append(dst, '"')
 	}
 	dst = optString(dst, f, "gateway_id", r.GatewayID)

@@ -121,10 +121,6 @@ type Record struct {
 // version than this binary's.
 var ErrNewerVersion = errors.New("meter: record of a newer meter version")
 
-// timeLayout is RFC 3339 in UTC with a fixed six-digit fraction, so every
-// record's timestamp has the same width and sorts as text.
-const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
-
 // AppendJSON appends the record's JSON encoding to dst and returns the
 // extended buffer. It allocates nothing beyond growing dst.
 //
