@@ -59,6 +59,9 @@ type exchange struct {
 	bodyRead bool
 	// writeDeadline is the write deadline extendWrite set last.
 	writeDeadline time.Time
+	// bodyDeadline is when the request body must have arrived
+	// (server.readTimeout after the headers; zero without a body).
+	bodyDeadline time.Time
 	// deadlines: w sets the client connection's deadlines (net/http's own
 	// ResponseWriter, which the server hands to the gateway unwrapped, does;
 	// test recorders do not, and are not asked each time).
@@ -210,7 +213,8 @@ func (x *exchange) serve() {
 		// first so that it also bounds net/http's own reads of a body this
 		// handler leaves unread (it drains up to 256 KiB to reuse the
 		// connection).
-		x.setReadDeadline(time.Now().Add(snap.readTimeout))
+		x.bodyDeadline = time.Now().Add(snap.readTimeout)
+		x.setReadDeadline(x.bodyDeadline)
 	} else {
 		x.bodyRead = true
 	}
@@ -829,7 +833,9 @@ func (x *exchange) fail(gerr *gwerror.Error) {
 		// deadline bounds what that costs to lingerRead. A larger rest is
 		// not read: net/http half-closes and waits instead.
 		x.w.Header().Set("Connection", "close")
-		x.setReadDeadline(time.Now().Add(lingerRead))
+		if d := time.Now().Add(lingerRead); x.bodyDeadline.IsZero() || d.Before(x.bodyDeadline) {
+			x.setReadDeadline(d)
+		}
 	}
 	x.extendWrite()
 	gerr.Write(x.w, x.dialect, x.reqID)
