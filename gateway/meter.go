@@ -212,6 +212,14 @@ type usageMetrics struct {
 	mu     sync.Mutex
 	apps   map[string]struct{}
 	series map[usageSeriesKey]*usageSeries
+	// recordSeries is records' counter of each (route, resolution), under
+	// mu like series.
+	recordSeries map[recordSeriesKey]prometheus.Counter
+}
+
+type recordSeriesKey struct {
+	route      string
+	resolution meter.Resolution
 }
 
 type usageSeriesKey struct{ route, app, model string }
@@ -247,8 +255,9 @@ func newUsageMetrics(reg prometheus.Registerer) (*usageMetrics, error) {
 			Name: "sluice_usage_record_errors_total",
 			Help: "Usage records the sink refused (I/O error, record too large); each is logged.",
 		}),
-		apps:   make(map[string]struct{}),
-		series: make(map[usageSeriesKey]*usageSeries),
+		apps:         make(map[string]struct{}),
+		series:       make(map[usageSeriesKey]*usageSeries),
+		recordSeries: make(map[recordSeriesKey]prometheus.Counter),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.tokens, m.cost, m.sinkErrors} {
 		if err := reg.Register(c); err != nil {
@@ -260,14 +269,20 @@ func newUsageMetrics(reg prometheus.Registerer) (*usageMetrics, error) {
 
 // observe counts rec's tokens and cost.
 func (m *usageMetrics) observe(rec *meter.Record, cat *pricing.Catalog) {
-	m.records.WithLabelValues(rec.Route, rec.Resolution.String()).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rk := recordSeriesKey{rec.Route, rec.Resolution}
+	rc := m.recordSeries[rk]
+	if rc == nil {
+		rc = m.records.WithLabelValues(rec.Route, rec.Resolution.String())
+		m.recordSeries[rk] = rc
+	}
+	rc.Inc()
 	if rec.PromptTokens == 0 && rec.CompletionTokens == 0 && rec.CostMicroUSD == 0 {
 		return
 	}
 	model := modelLabel(cat, rec.RequestedModel)
 	n := [numKinds]int64{rec.PromptTokens, rec.CachedTokens, rec.CacheWriteTokens, rec.CompletionTokens, rec.ReasoningTokens}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	k := usageSeriesKey{rec.Route, m.appLabelLocked(rec.Application), model}
 	ser := m.series[k]
 	if ser == nil {
