@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -269,5 +270,62 @@ func metricValueIn(t *testing.T, reg *prometheus.Registry, name string) float64 
 			return sum
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOutputBoundTrustsReportedOutput: a body is counted against the bound
+// unless the provider reports an output count within it: with no usage, or
+// an output count of zero (what servers that count nothing send), a text
+// past the bound is cut and the usage rewritten to what was delivered; with
+// a count within the bound, that count is the charge and the text passes.
+func TestOutputBoundTrustsReportedOutput(t *testing.T) {
+	long := strings.TrimSpace(strings.Repeat("word ", 40))
+	for _, c := range []struct {
+		name    string
+		usage   string // the upstream's usage member, or ""
+		wantCut bool
+		want    int64 // completion_tokens the client sees (-1: no usage)
+	}{
+		{"no usage", "", true, -1},
+		{"zero output", `,"usage":{"prompt_tokens":3,"completion_tokens":0,"total_tokens":3}`, true, 5},
+		{"output within the bound", `,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}`, false, 4},
+		{"output over the bound", `,"usage":{"prompt_tokens":3,"completion_tokens":40,"total_tokens":43}`, true, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}]%s}`, long, c.usage)
+			}))
+			_, base := serveGateway(t, recDeployment([]string{up.URL}, 0), Options{Registry: testRegistry(newRecLog()),
+				Logger: slog.New(slog.DiscardHandler), Services: policies.Services{Tokens: tokencount.New()}})
+			resp, err := http.Post(base+"/openai/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var got struct {
+				Choices []struct {
+					Message      struct{ Content string } `json:"message"`
+					FinishReason string                   `json:"finish_reason"`
+				} `json:"choices"`
+				Usage *struct {
+					CompletionTokens int64 `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 || len(got.Choices) != 1 {
+				t.Fatalf("%d %v %+v", resp.StatusCode, err, got)
+			}
+			if cut := got.Choices[0].Message.Content != long; cut != c.wantCut || cut != (got.Choices[0].FinishReason == "length") {
+				t.Errorf("cut %v (finish_reason %q); want cut %v", cut, got.Choices[0].FinishReason, c.wantCut)
+			}
+			switch {
+			case c.want < 0 && got.Usage != nil:
+				t.Errorf("usage %+v; want none", *got.Usage)
+			case c.want >= 0 && (got.Usage == nil || got.Usage.CompletionTokens != c.want):
+				t.Errorf("usage %+v; want %d output tokens", got.Usage, c.want)
+			}
+		})
 	}
 }
