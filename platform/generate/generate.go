@@ -17,12 +17,13 @@
 //     (resourceBased: true), each listed resource's entries attached to it
 //     and the default's to every other resource;
 //  3. the guardrails, in their order;
-//  4. llm-cost, once, last, when any cost limit exists (generated or a
-//     guardrail) and no guardrail is llm-cost itself. Its response phase
-//     runs first (the response phase runs in reverse order), so every cost
-//     limit settles with the request's cost. An operator's own llm-cost
-//     guardrail takes its place; it must then come after every cost-limit
-//     guardrail (the chain check says so).
+//  4. llm-cost, once, last, unless a guardrail is llm-cost itself: it sets
+//     the request's cost, which every usage record, the cost metrics and
+//     the Usage page report whether or not a cost limit exists. Its
+//     response phase runs first (the response phase runs in reverse
+//     order), so every cost limit settles with the request's cost. An
+//     operator's own llm-cost guardrail takes its place; it must then come
+//     after every cost-limit guardrail (the chain check says so).
 //
 // The document's counters section is Settings.Counters, the platform-wide
 // counter store setting: with a Redis store every generated limit is one
@@ -167,7 +168,6 @@ func Generate(s Settings) (*Result, error) {
 type chainBuilder struct {
 	entries []deployment.PolicyEntry
 	origins []Origin
-	costs   int
 }
 
 func (b *chainBuilder) add(e deployment.PolicyEntry, o Origin) {
@@ -186,14 +186,9 @@ func chain(p Provider, apps []string) ([]deployment.PolicyEntry, []Origin) {
 	ownCost := false
 	for _, g := range p.Guardrails {
 		b.add(deployment.PolicyEntry{Name: g.Name, Version: g.Version, Params: g.Params}, Origin{Kind: OriginGuardrail, Ref: g.ID})
-		switch g.Name {
-		case costLimit:
-			b.costs++
-		case llmCost:
-			ownCost = true
-		}
+		ownCost = ownCost || g.Name == llmCost
 	}
-	if b.costs > 0 && !ownCost {
+	if !ownCost {
 		b.add(deployment.PolicyEntry{Name: llmCost}, Origin{Kind: OriginCost})
 	}
 	return b.entries, b.origins
@@ -256,7 +251,6 @@ func (b *chainBuilder) limits(path string, l *Limits, consumer bool, attach *dep
 		b.add(deployment.PolicyEntry{Name: costLimit, Resources: attach, Params: common(map[string]any{
 			"budgetLimits": []any{map[string]any{"amount": c.Amount, "duration": durationText(d)}},
 		}, alg)}, Origin{Kind: OriginRateLimit, Ref: path + ".cost"})
-		b.costs++
 	}
 }
 

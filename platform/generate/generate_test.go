@@ -174,15 +174,13 @@ func checkInvariants(t *testing.T, res *generate.Result, dim, scopes, shape stri
 	if backend != wantB || consumer != wantC {
 		t.Errorf("%d backend and %d consumer %s entries, want %d and %d (never merged)", backend, consumer, pol, wantB, wantC)
 	}
-	if dim == "cost" {
-		if llmCosts != 1 {
-			t.Errorf("%d llm-cost entries, want exactly 1", llmCosts)
-		}
-		if llmCostAt < lastCostLimit {
-			t.Errorf("llm-cost at %d comes before a cost limit at %d", llmCostAt, lastCostLimit)
-		}
-	} else if llmCosts != 0 {
-		t.Errorf("llm-cost without any cost limit")
+	// llm-cost is always there, once, last: the request's cost is metered
+	// with or without a cost limit.
+	if llmCosts != 1 {
+		t.Errorf("%d llm-cost entries, want exactly 1", llmCosts)
+	}
+	if llmCostAt < lastCostLimit || llmCostAt != len(route.Policies)-1 {
+		t.Errorf("llm-cost at %d of %d entries; the last cost limit at %d", llmCostAt, len(route.Policies), lastCostLimit)
 	}
 	_ = limits
 }
