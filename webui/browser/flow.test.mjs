@@ -414,10 +414,11 @@ describe("console flow", { timeout: 240_000 }, () => {
     const chain = page.getByRole("table", { name: "Policy chain in order" });
     await chain.waitFor();
     const rows = await chain.locator("tbody tr").allTextContents();
-    assert.equal(rows.length, 3, rows.join("\n"));
+    assert.equal(rows.length, 4, rows.join("\n"));
     assert.match(rows[0], /api-key-auth.*Access/);
     assert.match(rows[1], /token-based-ratelimit.*Rate Limit: Per Consumer · provider-wide · Token/);
     assert.match(rows[2], /model-access.*Guardrail #1/);
+    assert.match(rows[3], /llm-cost.*Cost: prices every request/);
     await checkPage("deployment");
     await page.locator("label", { hasText: /^YAML$/ }).click();
     await page.getByLabel("Deployment YAML").getByText(/token-based-ratelimit/).first().waitFor();

@@ -20,7 +20,7 @@ export function originText(e: DeploymentEntry, guardrails: Guardrail[] = []): st
     case "access":
       return "Access: the applications granted this provider";
     case "cost":
-      return "Cost: prices every request for the cost limits";
+      return "Cost: prices every request, for the usage records and the cost limits";
     case "rate-limit":
       return "Rate Limit: " + rateLimitRef(e.origin.ref ?? "", e.resources?.include);
     case "guardrail": {
