@@ -190,6 +190,28 @@ func jsonString(s string) string {
 	return string(b)
 }
 
+// boundBody applies the output bound to a non-streamed answer and returns
+// the body to forward with its usage (UsageFromBody's). The provider's own
+// count of the output, when it reports one within max_tokens, is what the
+// request is charged and what the bound protects: the text is counted
+// (cutBody) only when that count is missing, zero (servers that count
+// nothing send zeros) or over it.
+func (x *exchange) boundBody(body []byte) ([]byte, *llmapi.Usage, error) {
+	choices := x.call.Request.LLM.Choices()
+	usage, err := llmapi.UsageFromBody(x.ep, body, choices)
+	bound := x.outputBound()
+	if bound <= 0 || usage != nil && usage.CompletionTokens > 0 && usage.CompletionTokens <= x.call.Request.LLM.MaxTokens {
+		return body, usage, err
+	}
+	cut, ok := x.cutBody(body, bound)
+	if !ok {
+		return body, usage, err
+	}
+	x.g.metrics.outputCuts.WithLabelValues(x.rt.name).Inc()
+	usage, err = llmapi.UsageFromBody(x.ep, cut, choices)
+	return cut, usage, err
+}
+
 // cutBody enforces the bound on a non-streamed answer: the text of a choice
 // (an Anthropic message's or a response's text, across its parts) that
 // counts more than bound tokens is cut to its longest prefix within the

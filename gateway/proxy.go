@@ -474,19 +474,7 @@ func (x *exchange) body(resp *http.Response) {
 		return
 	}
 	x.upstreamDone = x.g.now()
-	body := buf.Bytes()
-	usage, err := llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.Choices())
-	// The provider's own count of the output, when it reports one within
-	// max_tokens, is what the request is charged and what the bound
-	// protects: the text is counted (cutBody) only when that count is
-	// missing, zero (servers that report no usage send zeros) or over it.
-	if bound := x.outputBound(); bound > 0 && !(usage != nil && usage.CompletionTokens > 0 && usage.CompletionTokens <= x.call.Request.LLM.MaxTokens) {
-		if cut, ok := x.cutBody(body, bound); ok {
-			body = cut
-			x.g.metrics.outputCuts.WithLabelValues(x.rt.name).Inc()
-			usage, err = llmapi.UsageFromBody(x.ep, body, x.call.Request.LLM.Choices())
-		}
-	}
+	body, usage, err := x.boundBody(buf.Bytes())
 	if err != nil {
 		x.g.log.Debug("no usage in upstream body", "request_id", x.reqID, "error", err)
 	}
