@@ -582,3 +582,66 @@ func TestUndefinedApplicationRefused(t *testing.T) {
 		t.Fatalf("app-b asked for gpt-4o: %d, want 403 (the last good deployment allows gpt-4o-mini only): %s", resp.StatusCode, body)
 	}
 }
+
+// TestRepeatedCredentialRefused: a client with a valid key that sends its
+// credential header twice, under names differing only in letter case (one
+// header to the gateway, two values), or the Anthropic one twice, is
+// refused 401 in the envelope of its API, whichever value comes first:
+// which one counts would depend on who reads it. Nothing reaches the
+// upstream.
+func TestRepeatedCredentialRefused(t *testing.T) {
+	rec, url := newRecorder(t)
+	env := startLimitsEnv(t, edgeDoc(url, `  - name: oa
+    context: /oa
+    provider: rec
+    policies: [{name: api-key-auth}]
+  - name: an
+    context: /an
+    provider: rec-anthropic
+    policies: [{name: api-key-auth}]
+`), nil)
+	chat := []byte(`{"model":"gpt-4o-mini","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`)
+	messages := []byte(`{"model":"claude-sonnet-4-5","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`)
+	cases := []struct {
+		name, path string
+		body       []byte
+		header     http.Header // written with the names as given
+		api        string
+	}{
+		{"authorization re-cased, valid first", "/oa/v1/chat/completions", chat,
+			http.Header{"authorization": {"Bearer " + appKey("app-a")}, "AUTHORIZATION": {"Bearer " + appKey("app-b")}}, "openai"},
+		{"authorization twice, the same valid key", "/oa/v1/chat/completions", chat,
+			http.Header{"Authorization": {"Bearer " + appKey("app-a"), "Bearer " + appKey("app-a")}}, "openai"},
+		{"x-api-key re-cased, valid first", "/an/v1/messages", messages,
+			http.Header{"x-api-key": {appKey("app-b")}, "X-API-KEY": {"sk-e2e-other"}, "anthropic-version": {"2023-06-01"}}, "anthropic"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, env.Base+tc.path, bytes.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header = tc.header.Clone()
+			req.Header["Content-Type"] = []string{"application/json"}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "ambiguous credentials") {
+				t.Fatalf("got %d %s; want 401 naming the ambiguous credential", resp.StatusCode, body)
+			}
+			if tc.api == "anthropic" {
+				if !strings.Contains(string(body), `"type":"error"`) || !strings.Contains(string(body), `"authentication_error"`) {
+					t.Fatalf("not the Anthropic error envelope: %s", body)
+				}
+			} else if !strings.Contains(string(body), `"code":"invalid_api_key"`) {
+				t.Fatalf("not the OpenAI error envelope with invalid_api_key: %s", body)
+			}
+		})
+	}
+	if n := rec.count(); n != 0 {
+		t.Fatalf("%d requests reached the upstream", n)
+	}
+}

@@ -29,9 +29,12 @@ const AuthMethod = "api-key"
 // Params configures api-key-auth. With no params the key is read from the
 // Authorization header ("Bearer <key>"), else from x-api-key. The key is
 // looked up by its SHA-256 hash among the applications' keys; on success the
-// request carries the application id, on failure it is answered 401. Every
-// header and query parameter the key may come from is removed before the
-// request goes upstream.
+// request carries the application id, on failure it is answered 401. A
+// credential sent twice (the header repeated, under any letter case of its
+// name, or the query parameter repeated) is answered 401 too, whatever its
+// values: which one counts would depend on who reads it. Every header and
+// query parameter the key may come from is removed before the request goes
+// upstream.
 type Params struct {
 	// The request header that carries the API key.
 	Header string `json:"header,omitempty" jsonschema:"minLength=1,default=Authorization"`
@@ -166,7 +169,10 @@ func (p *policy) OnRequest(c *policies.Call) *gwerror.Error {
 // compares secret bytes: the lookup's timing depends on the digest, which
 // reveals nothing usable about any stored key.
 func (p *policy) Identify(c *policies.Call) *gwerror.Error {
-	key, found := p.extract(c.Request)
+	key, found, dup := p.extract(c.Request)
+	if dup != "" {
+		return unauthorized("ambiguous credentials: the " + dup + " is sent more than once; send one key")
+	}
 	if !found {
 		return unauthorized(p.missingMsg)
 	}
@@ -196,15 +202,22 @@ func (p *policy) Identify(c *policies.Call) *gwerror.Error {
 
 // extract returns the key from the first credential source present: the
 // configured header (prefix stripped), the alternate headers, the query
-// parameter. found is false when none is present.
-func (p *policy) extract(r *policies.Request) (key string, found bool) {
+// parameter. found is false when none is present. A source present more
+// than once (a repeated header, whatever the letter case of its names, or a
+// repeated query parameter) is ambiguous: which value counts would depend on
+// who reads it, so dup names it ("Authorization header", "key query
+// parameter") and the request is refused.
+func (p *policy) extract(r *policies.Request) (key string, found bool, dup string) {
 	if r == nil {
-		return "", false
+		return "", false, ""
 	}
 	for i, h := range p.headers {
 		vs := r.Header[h]
 		if len(vs) == 0 {
 			continue
+		}
+		if len(vs) > 1 {
+			return "", true, h + " header"
 		}
 		v := strings.TrimSpace(vs[0])
 		if i == 0 && p.prefix != "" {
@@ -216,14 +229,17 @@ func (p *policy) extract(r *policies.Request) (key string, found bool) {
 				v = ""
 			}
 		}
-		return v, true
+		return v, true, ""
 	}
 	if p.queryParam != "" {
 		if vs, ok := r.Query[p.queryParam]; ok && len(vs) > 0 {
-			return strings.TrimSpace(vs[0]), true
+			if len(vs) > 1 {
+				return "", true, p.queryParam + " query parameter"
+			}
+			return strings.TrimSpace(vs[0]), true, ""
 		}
 	}
-	return "", false
+	return "", false, ""
 }
 
 // strip removes every credential source this policy reads, whichever carried

@@ -74,6 +74,14 @@ func TestAPIKeyAuth(t *testing.T) {
 		{name: "missing", header: http.Header{"Content-Type": {"application/json"}}, wantMsg: "missing API key"},
 		{name: "empty bearer", header: http.Header{"Authorization": {"Bearer "}}, wantMsg: "missing API key"},
 		{name: "bad key", header: http.Header{"Authorization": {"Bearer sk-sluice-nope"}}, wantMsg: "invalid API key"},
+		{name: "repeated header refused, the valid key first", header: http.Header{"Authorization": {"Bearer " + goodKey, "Bearer other-key"}},
+			wantMsg: "ambiguous credentials: the Authorization header is sent more than once", goneHeaders: []string{"Authorization"}},
+		{name: "repeated header refused, same key twice", header: http.Header{"Authorization": {"Bearer " + goodKey, "Bearer " + goodKey}},
+			wantMsg: "ambiguous credentials"},
+		{name: "repeated alternate header refused", header: http.Header{"X-Api-Key": {goodKey, "other-key"}},
+			wantMsg: "ambiguous credentials: the X-Api-Key header", goneHeaders: []string{"X-Api-Key"}},
+		{name: "repeated query parameter refused", params: map[string]any{"queryParam": "key"},
+			query: url.Values{"key": {goodKey, "other-key"}}, wantMsg: "ambiguous credentials: the key query parameter", goneQuery: []string{"key"}},
 		{name: "key with surrounding spaces", header: http.Header{"Authorization": {"  Bearer   " + goodKey + " "}}, wantApp: "app-a"},
 	}
 	for _, tt := range tests {
