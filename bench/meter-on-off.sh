@@ -32,6 +32,9 @@ pids=()
 declare -A gwpid
 # cpu_ticks prints a process's user+system CPU time in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# sys_ticks prints its system CPU time alone (the kernel's work for it:
+# system calls, page faults).
+sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
 # write_calls prints a process's count of write system calls (sockets,
 # files, stderr).
 write_calls() { awk '$1 == "syscw:" {print $2}' "/proc/$1/io"; }
@@ -96,24 +99,40 @@ done
 echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3); config $CONFIG, sink $SINK"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$work/results.txt"
+declare -A c0 s0 w0 f0 lg
+# begin starts side's closed-loop run, noting the gateway's counters first;
+# finish waits for it and appends its RESULT line with the counters'
+# differences.
+begin() {
+	local side=$1 p=$on_port
+	[[ $side == off ]] && p=$off_port
+	# The gateway's own CPU per request (over warm-up and measured time, at
+	# the measured rate): it moves far less with other work on the machine
+	# than the throughput does.
+	c0[$side]=$(cpu_ticks "${gwpid[$side]}")
+	s0[$side]=$(sys_ticks "${gwpid[$side]}")
+	w0[$side]=$(write_calls "${gwpid[$side]}")
+	f0[$side]=$(minor_faults "${gwpid[$side]}")
+	"$work/loadgen" -url "http://127.0.0.1:$p/openai/v1/chat/completions" -H "Authorization: Bearer $KEY" \
+		-mode closed -c "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -label "$side" >"$work/last.$side.txt" &
+	lg[$side]=$!
+}
+finish() {
+	local side=$1 round=$2
+	wait "${lg[$side]}"
+	local c1 s1 w1 f1
+	c1=$(cpu_ticks "${gwpid[$side]}")
+	s1=$(sys_ticks "${gwpid[$side]}")
+	w1=$(write_calls "${gwpid[$side]}")
+	f1=$(minor_faults "${gwpid[$side]}")
+	grep '^RESULT ' "$work/last.$side.txt" | sed "s/^RESULT /RESULT round=$round cpu_ticks=$((c1 - c0[$side])) sys_ticks=$((s1 - s0[$side])) write_calls=$((w1 - w0[$side])) minor_faults=$((f1 - f0[$side])) /" | tee -a "$work/results.txt"
+}
 for round in $(seq 1 "$ROUNDS"); do
 	order=(on off)
 	(( round % 2 == 0 )) && order=(off on)
 	for side in "${order[@]}"; do
-		p=$on_port
-		[[ $side == off ]] && p=$off_port
-		# The gateway's own CPU per request (over warm-up and measured
-		# time, at the measured rate): it moves far less with other work
-		# on the machine than the throughput does.
-		c0=$(cpu_ticks "${gwpid[$side]}")
-		w0=$(write_calls "${gwpid[$side]}")
-		f0=$(minor_faults "${gwpid[$side]}")
-		"$work/loadgen" -url "http://127.0.0.1:$p/openai/v1/chat/completions" -H "Authorization: Bearer $KEY" \
-			-mode closed -c "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -label "$side" >"$work/last.txt"
-		c1=$(cpu_ticks "${gwpid[$side]}")
-		w1=$(write_calls "${gwpid[$side]}")
-		f1=$(minor_faults "${gwpid[$side]}")
-		grep '^RESULT ' "$work/last.txt" | sed "s/^RESULT /RESULT round=$round cpu_ticks=$((c1 - c0)) write_calls=$((w1 - w0)) minor_faults=$((f1 - f0)) /" | tee -a "$work/results.txt"
+		begin "$side"
+		finish "$side" "$round"
 	done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -129,16 +148,16 @@ tick_us=$((1000000 / $(getconf CLK_TCK)))
 secs=$(( ${DURATION%s} + ${WARMUP%s} ))
 awk -v tick_us="$tick_us" -v secs="$secs" '
 function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
-/^RESULT / { r = field("round"); l = field("label"); rps[r, l] = field("rps"); cpu[r, l] = field("cpu_ticks") * tick_us / (field("rps") * secs); wr[r, l] = field("write_calls") / (field("rps") * secs); mf[r, l] = field("minor_faults") / (field("rps") * secs); if (r > n) n = r }
+/^RESULT / { r = field("round"); l = field("label"); rps[r, l] = field("rps"); cpu[r, l] = field("cpu_ticks") * tick_us / (field("rps") * secs); sys[r, l] = field("sys_ticks") * tick_us / (field("rps") * secs); wr[r, l] = field("write_calls") / (field("rps") * secs); mf[r, l] = field("minor_faults") / (field("rps") * secs); if (r > n) n = r }
 function median(a,   i, j, t) {
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 END {
-	printf "\n| round | metering on req/s | off req/s | on/off | on: gateway CPU us/req | off | off/on | on: write calls/req | off | on: minor faults/req | off |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+	printf "\n| round | metering on req/s | off req/s | on/off | on: gateway CPU us/req | off | off/on | on: of it system | off | on: write calls/req | off | on: minor faults/req | off |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 	for (r = 1; r <= n; r++) {
 		q[r] = rps[r, "on"] / rps[r, "off"]; c[r] = cpu[r, "off"] / cpu[r, "on"]
-		printf "| %d | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f | %.2f | %.2f | %.3f | %.3f |\n", r, rps[r, "on"], rps[r, "off"], q[r], cpu[r, "on"], cpu[r, "off"], c[r], wr[r, "on"], wr[r, "off"], mf[r, "on"], mf[r, "off"]
+		printf "| %d | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f | %.1f | %.1f | %.2f | %.2f | %.3f | %.3f |\n", r, rps[r, "on"], rps[r, "off"], q[r], cpu[r, "on"], cpu[r, "off"], c[r], sys[r, "on"], sys[r, "off"], wr[r, "on"], wr[r, "off"], mf[r, "on"], mf[r, "off"]
 	}
 	printf "median on/off throughput: %.3f; median off/on gateway CPU per request: %.3f\n", median(q), median(c)
 }' "$work/results.txt"
