@@ -117,12 +117,9 @@ routes:
 %[2]s`, url, routes)
 }
 
-// TestUpstreamHeaderAllowlist: the upstream gets the allowlisted headers, the
-// provider's own credential and the gateway's request id, and nothing else
-// of what a client with a valid key sent: no cookie, no OpenAI-Organization
-// or -Project, no other header, no query string (?api_key= is the classic
-// leak).
-func TestUpstreamHeaderAllowlist(t *testing.T) {
+// startAuthRoutes serves edgeDoc's recorder through two routes with
+// api-key-auth alone: /oa (openai) and /an (anthropic).
+func startAuthRoutes(t *testing.T) (*recorder, *limitsEnv) {
 	rec, url := newRecorder(t)
 	env := startLimitsEnv(t, edgeDoc(url, `  - name: oa
     context: /oa
@@ -133,6 +130,16 @@ func TestUpstreamHeaderAllowlist(t *testing.T) {
     provider: rec-anthropic
     policies: [{name: api-key-auth}]
 `), nil)
+	return rec, env
+}
+
+// TestUpstreamHeaderAllowlist: the upstream gets the allowlisted headers, the
+// provider's own credential and the gateway's request id, and nothing else
+// of what a client with a valid key sent: no cookie, no OpenAI-Organization
+// or -Project, no other header, no query string (?api_key= is the classic
+// leak).
+func TestUpstreamHeaderAllowlist(t *testing.T) {
+	rec, env := startAuthRoutes(t)
 
 	c := env.client("/oa", "app-a",
 		option.WithHeader("Cookie", "session=browser-session-secret"),
@@ -590,16 +597,7 @@ func TestUndefinedApplicationRefused(t *testing.T) {
 // which one counts would depend on who reads it. Nothing reaches the
 // upstream.
 func TestRepeatedCredentialRefused(t *testing.T) {
-	rec, url := newRecorder(t)
-	env := startLimitsEnv(t, edgeDoc(url, `  - name: oa
-    context: /oa
-    provider: rec
-    policies: [{name: api-key-auth}]
-  - name: an
-    context: /an
-    provider: rec-anthropic
-    policies: [{name: api-key-auth}]
-`), nil)
+	rec, env := startAuthRoutes(t)
 	chat := []byte(`{"model":"gpt-4o-mini","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`)
 	messages := []byte(`{"model":"claude-sonnet-4-5","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`)
 	cases := []struct {
