@@ -99,40 +99,25 @@ done
 echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3); config $CONFIG, sink $SINK"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$work/results.txt"
-declare -A c0 s0 w0 f0 lg
-# begin starts side's closed-loop run, noting the gateway's counters first;
-# finish waits for it and appends its RESULT line with the counters'
-# differences.
-begin() {
-	local side=$1 p=$on_port
+# measure runs side's closed-loop round and appends its RESULT line with the
+# differences of the gateway's counters over it. The gateway's own CPU per
+# request (over warm-up and measured time, at the measured rate) moves far
+# less with other work on the machine than the throughput does.
+measure() {
+	local side=$1 round=$2 p=$on_port pid=${gwpid[$1]}
 	[[ $side == off ]] && p=$off_port
-	# The gateway's own CPU per request (over warm-up and measured time, at
-	# the measured rate): it moves far less with other work on the machine
-	# than the throughput does.
-	c0[$side]=$(cpu_ticks "${gwpid[$side]}")
-	s0[$side]=$(sys_ticks "${gwpid[$side]}")
-	w0[$side]=$(write_calls "${gwpid[$side]}")
-	f0[$side]=$(minor_faults "${gwpid[$side]}")
+	local c0 s0 w0 f0 c1 s1 w1 f1
+	c0=$(cpu_ticks "$pid") s0=$(sys_ticks "$pid") w0=$(write_calls "$pid") f0=$(minor_faults "$pid")
 	"$work/loadgen" -url "http://127.0.0.1:$p/openai/v1/chat/completions" -H "Authorization: Bearer $KEY" \
-		-mode closed -c "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -label "$side" >"$work/last.$side.txt" &
-	lg[$side]=$!
-}
-finish() {
-	local side=$1 round=$2
-	wait "${lg[$side]}"
-	local c1 s1 w1 f1
-	c1=$(cpu_ticks "${gwpid[$side]}")
-	s1=$(sys_ticks "${gwpid[$side]}")
-	w1=$(write_calls "${gwpid[$side]}")
-	f1=$(minor_faults "${gwpid[$side]}")
-	grep '^RESULT ' "$work/last.$side.txt" | sed "s/^RESULT /RESULT round=$round cpu_ticks=$((c1 - c0[$side])) sys_ticks=$((s1 - s0[$side])) write_calls=$((w1 - w0[$side])) minor_faults=$((f1 - f0[$side])) /" | tee -a "$work/results.txt"
+		-mode closed -c "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -label "$side" >"$work/last.txt"
+	c1=$(cpu_ticks "$pid") s1=$(sys_ticks "$pid") w1=$(write_calls "$pid") f1=$(minor_faults "$pid")
+	grep '^RESULT ' "$work/last.txt" | sed "s/^RESULT /RESULT round=$round cpu_ticks=$((c1 - c0)) sys_ticks=$((s1 - s0)) write_calls=$((w1 - w0)) minor_faults=$((f1 - f0)) /" | tee -a "$work/results.txt"
 }
 for round in $(seq 1 "$ROUNDS"); do
 	order=(on off)
 	(( round % 2 == 0 )) && order=(off on)
 	for side in "${order[@]}"; do
-		begin "$side"
-		finish "$side" "$round"
+		measure "$side" "$round"
 	done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
