@@ -111,29 +111,42 @@ func openPostgres(dsn string) (*sqlStore, error) {
 }
 
 func (s *sqlStore) migrate(ctx context.Context, logger *slog.Logger) error {
-	sub, err := fs.Sub(migrations, "migrations/"+s.dialect)
+	p, err := s.provider(logger)
 	if err != nil {
 		return err
 	}
-	opts := []goose.ProviderOption{goose.WithDisableGlobalRegistry(true), goose.WithSlog(logger)}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("store: applying migrations: %w", err)
+	}
+	return nil
+}
+
+// provider is the goose provider of s's migrations (logger nil: goose's
+// default).
+func (s *sqlStore) provider(logger *slog.Logger) (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations, "migrations/"+s.dialect)
+	if err != nil {
+		return nil, err
+	}
+	opts := []goose.ProviderOption{goose.WithDisableGlobalRegistry(true)}
+	if logger != nil {
+		opts = append(opts, goose.WithSlog(logger))
+	}
 	dialect := goose.DialectSQLite3
 	if s.dialect == "postgres" {
 		dialect = goose.DialectPostgres
 		// Platform replicas starting together migrate one at a time.
 		locker, err := lock.NewPostgresSessionLocker()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		opts = append(opts, goose.WithSessionLocker(locker))
 	}
 	p, err := goose.NewProvider(dialect, s.writer, sub, opts...)
 	if err != nil {
-		return fmt.Errorf("store: migrations: %w", err)
+		return nil, fmt.Errorf("store: migrations: %w", err)
 	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("store: applying migrations: %w", err)
-	}
-	return nil
+	return p, nil
 }
 
 func (s *sqlStore) Dialect() string { return s.dialect }

@@ -53,15 +53,26 @@ func (g Granularity) Step() time.Duration {
 	return time.Hour
 }
 
-// table names the rollup table of granularity g: the one with every
-// dimension, or its summary.
-func (g Granularity) table(summary bool) string {
+// rollupKind is one of the rollup tables of a granularity.
+type rollupKind int
+
+const (
+	fullRollup    rollupKind = iota // every dimension
+	summaryRollup                   // without key, resolution and status class
+	deniedRollup                    // the summary of the denied requests alone
+)
+
+// table names the rollup table of granularity g and kind k.
+func (g Granularity) table(k rollupKind) string {
 	t := "usage_hourly"
 	if g == Day {
 		t = "usage_daily"
 	}
-	if summary {
+	switch k {
+	case summaryRollup:
 		t += "_summary"
+	case deniedRollup:
+		t += "_denied"
 	}
 	return t
 }
@@ -309,9 +320,12 @@ func CompareRollups(a, b UsageRollup) int {
 // rollups without the key, resolution and status class dimensions: several
 // times fewer rows (an application's keys and outcomes summed), which
 // answer the dashboards' commonest questions (by application, provider,
-// route, model) without sorting the full table's rows. They are kept in the
-// transaction that adds to the full tables, so both always agree.
-func summarize(rows []UsageRollup) []UsageRollup {
+// route, model) without sorting the full table's rows. The denied tables
+// (usage_hourly_denied, usage_daily_denied) are the same summary of the
+// denied requests alone (resolution 'denied', key '' and status class 0),
+// for the console's denials. All are kept in the transaction that adds to
+// the full tables, so they always agree.
+func summarize(rows []UsageRollup, resolution string) []UsageRollup {
 	type key struct {
 		bucket int64
 		UsageDims
@@ -319,7 +333,10 @@ func summarize(rows []UsageRollup) []UsageRollup {
 	sums := map[key]int{}
 	var out []UsageRollup
 	for _, r := range rows {
-		r.KeyID, r.Resolution, r.StatusClass = "", "", 0
+		if resolution != "" && r.Resolution != resolution {
+			continue
+		}
+		r.KeyID, r.Resolution, r.StatusClass = "", resolution, 0
 		k := key{us(r.Bucket), r.UsageDims}
 		if i, ok := sums[k]; ok {
 			out[i].Add(r.UsageTotals)
@@ -332,22 +349,33 @@ func summarize(rows []UsageRollup) []UsageRollup {
 	return out
 }
 
-// summarizes reports whether the summary tables answer q: it neither groups
-// nor filters by a dimension they lack.
-func summarizes(q UsageQuery) bool {
+// rollupTable names the table that answers q: a summary when q neither
+// groups by nor filters on a dimension it lacks, the full table otherwise.
+func rollupTable(q UsageQuery) rollupKind {
 	for _, d := range q.GroupBy {
 		if d == DimKey || d == DimResolution || d == DimStatusClass {
-			return false
+			return fullRollup
 		}
 	}
-	return q.Filter.KeyID == "" && q.Filter.Resolution == ""
+	switch {
+	case q.Filter.KeyID != "":
+		return fullRollup
+	case q.Filter.Resolution == "":
+		return summaryRollup
+	case q.Filter.Resolution == meter.Denied.String():
+		return deniedRollup
+	}
+	return fullRollup
 }
 
 func (t *sqlTx) AddUsageRollups(ctx context.Context, g Granularity, rows []UsageRollup) error {
-	if err := t.upsertRollups(ctx, g.table(false), rows); err != nil {
+	if err := t.upsertRollups(ctx, g.table(fullRollup), rows); err != nil {
 		return err
 	}
-	return t.upsertRollups(ctx, g.table(true), summarize(rows))
+	if err := t.upsertRollups(ctx, g.table(summaryRollup), summarize(rows, "")); err != nil {
+		return err
+	}
+	return t.upsertRollups(ctx, g.table(deniedRollup), summarize(rows, meter.Denied.String()))
 }
 
 func (t *sqlTx) upsertRollups(ctx context.Context, table string, rows []UsageRollup) error {
@@ -412,7 +440,7 @@ func (t *sqlTx) QueryUsage(ctx context.Context, q UsageQuery) ([]UsageRollup, er
 		}
 	}
 	sel.WriteString(`, SUM(requests), SUM(prompt_tokens), SUM(cached_tokens), SUM(cache_write_tokens),
-		SUM(completion_tokens), SUM(reasoning_tokens), SUM(cost_micro_usd), SUM(latency_us) FROM ` + q.Granularity.table(summarizes(q)) +
+		SUM(completion_tokens), SUM(reasoning_tokens), SUM(cost_micro_usd), SUM(latency_us) FROM ` + q.Granularity.table(rollupTable(q)) +
 		` WHERE bucket >= $1 AND bucket < $2`)
 	args := filterSQL(&sel, []any{us(q.From), us(q.To)}, q.Filter, "model")
 	sel.WriteString(" GROUP BY " + group.String() + " ORDER BY " + group.String())

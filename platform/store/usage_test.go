@@ -339,3 +339,50 @@ func TestMeteredUsage(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageDeniedMigration checks that migration 6 fills the denied tables
+// from the full tables as AddUsageRollups keeps them: the answers filtered
+// to the denied requests (read from the denied tables) are the same after a
+// migration down and up again.
+func TestUsageDeniedMigration(t *testing.T) {
+	engines(t, func(t *testing.T, s store.Store) {
+		h := day0.Add(2 * time.Hour)
+		row := func(app, key, resolution string, n int64) store.UsageRollup {
+			return store.UsageRollup{Bucket: h,
+				UsageDims:   store.UsageDims{Application: app, Provider: "p", Route: "p", Model: "m", KeyID: key, Resolution: resolution, StatusClass: 4},
+				UsageTotals: store.UsageTotals{Requests: n, PromptTokens: 10 * n, CompletionTokens: 3 * n, CostMicroUSD: 100 * n, LatencyMicros: 1000 * n}}
+		}
+		rows := []store.UsageRollup{row("a", "k1", "denied", 1), row("a", "k2", "denied", 2), row("a", "k1", "settled", 4), row("b", "k3", "denied", 8)}
+		slices.SortFunc(rows, store.CompareRollups)
+		for _, g := range []store.Granularity{store.Hour, store.Day} {
+			write(t, s, func(ctx context.Context, tx store.Tx) error { return tx.AddUsageRollups(ctx, g, rows) })
+		}
+		denied := func() [][]store.UsageRollup {
+			var out [][]store.UsageRollup
+			for _, g := range []store.Granularity{store.Hour, store.Day} {
+				for _, f := range []store.UsageFilter{{Resolution: "denied"}, {}} {
+					out = append(out, read(t, s, func(ctx context.Context, tx store.Tx) ([]store.UsageRollup, error) {
+						return tx.QueryUsage(ctx, store.UsageQuery{Granularity: g, From: day0, To: day0.AddDate(0, 0, 1),
+							GroupBy: []store.UsageDim{store.DimApplication}, Filter: f})
+					}))
+				}
+			}
+			return out
+		}
+		want := denied()
+		if len(want[0]) != 2 || want[0][0].Requests != 3 || want[0][1].Requests != 8 || want[1][0].Requests != 7 {
+			t.Fatalf("denied by application, then all: %+v", want[:2])
+		}
+		// Down drops the denied tables: up again fills them from the full
+		// tables alone.
+		if err := store.MigrateTo(s, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.MigrateTo(s, 6); err != nil {
+			t.Fatal(err)
+		}
+		if got := denied(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("after migration 6\n%+v\nwant\n%+v", got, want)
+		}
+	})
+}

@@ -306,6 +306,31 @@ func checkRollups(t *testing.T, s store.Store, n int) {
 			if total != int64(n) {
 				t.Fatalf("%s rollups by %v count %d requests, want %d", g, dims, total, n)
 			}
+			// One outcome: the denied ones are kept apart in the summary
+			// tables too, the others come from the full tables.
+			for _, resolution := range []string{meter.Denied.String(), meter.Settled.String()} {
+				var only []store.UsageRollup
+				for _, r := range usage.Rollups(raw, g) {
+					if r.Resolution == resolution {
+						only = append(only, r)
+					}
+				}
+				if len(only) == 0 {
+					t.Fatalf("no %s records among the %d: the filter is not tested", resolution, n)
+				}
+				want := project(only, dims)
+				var got []store.UsageRollup
+				if err := s.Read(ctx, func(tx store.Tx) (err error) {
+					got, err = tx.QueryUsage(ctx, store.UsageQuery{Granularity: g, From: now.AddDate(0, 0, -10), To: now.AddDate(0, 0, 1),
+						GroupBy: dims, Filter: store.UsageFilter{Resolution: resolution}})
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s rollups by %v of the %s records (%d rows) differ from the raw aggregation (%d rows)%s", g, dims, resolution, len(got), len(want), firstDiff(got, want))
+				}
+			}
 		}
 	}
 }

@@ -50,6 +50,7 @@ const loads = [];
 const cpuBrowser = [];
 const cpuPlatform = [];
 const switches = { "7d": [], "30d": [] };
+const navigations = [];
 
 /** Waits until the four charts show the period (summary label matching
  * span) and have drawn their areas (the canvas' data-drawn, set by uPlot's
@@ -87,6 +88,26 @@ try {
     }
     await context.close();
   }
+  // The page opened from the console's navigation: the console already
+  // loaded (the Providers page, in a new context: nothing of the Usage page
+  // cached, neither its code nor its data), from the click on Usage to the
+  // same drawn state.
+  for (let i = 0; i < runs; i++) {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+    await context.addInitScript((t) => sessionStorage.setItem("sluice.adminToken", t), token);
+    const page = await context.newPage();
+    page.setDefaultTimeout(60000);
+    await page.goto(stack.consoleURL + "/providers");
+    await page.getByRole("heading", { name: "Providers", level: 1 }).waitFor();
+    await page.waitForLoadState("networkidle");
+    const link = page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Usage" });
+    await link.waitFor();
+    const t0 = Date.now();
+    await link.click();
+    await drawn(page, /in 2[45] hours/);
+    navigations.push(Date.now() - t0);
+    await context.close();
+  }
 } finally {
   await browser.close();
   await stack.stop();
@@ -97,6 +118,7 @@ const stats = (xs) => {
   return `median ${q(0.5).toFixed(0)} ms, p90 ${q(0.9).toFixed(0)} ms, max ${s[s.length - 1].toFixed(0)} ms`;
 };
 console.log(`Usage page, navigation to the charts, top consumers and records drawn (24 h by hour), ${runs} cold loads: ${stats(loads)}`);
+console.log(`Usage page opened from the navigation (the console loaded, nothing of the page cached), ${runs} loads: ${stats(navigations)}`);
 console.log(`CPU time of one load: browser (every chromium process) ${stats(cpuBrowser)}; platform ${stats(cpuPlatform)}`);
 console.log(`switch to 7 days (by hour): ${stats(switches["7d"])}`);
 console.log(`switch to 30 days (by day): ${stats(switches["30d"])}`);

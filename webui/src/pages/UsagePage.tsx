@@ -16,7 +16,7 @@ import { Segmented } from "../components/Segmented";
 import { Empty, ErrorState, LoadMore, Loading, QueryView, errorText } from "../components/states";
 import { when } from "../lib/format";
 import { AlertsCard, WebhookCard } from "../usage/AlertsCards";
-import { defaultPeriod, defaultSplit, recordsOptions, usageOptions } from "../usage/queries";
+import { defaultPeriod, defaultSplit, modelChoicesRange, recordsOptions, usageOptions } from "../usage/queries";
 import { UsageChart } from "../usage/UsageChart";
 import {
   count,
@@ -129,7 +129,8 @@ export function UsagePage() {
   const denied = useUsage(range, filters, split, true);
   const top = useUsage(range, filters, topDim);
   const topDenied = useUsage(range, filters, topDim, true);
-  const models = useUsage(range, { application: filters.application, provider: filters.provider }, "model");
+  const modelRange = useMemo(() => (range ? modelChoicesRange(range) : null), [range]);
+  const models = useUsage(modelRange, { application: filters.application, provider: filters.provider }, "model");
 
   async function exportCSV(what: "summary" | "records") {
     if (!range) return;

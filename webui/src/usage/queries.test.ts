@@ -44,3 +44,15 @@ it.each<{ name: string; cached: boolean; over: Record<string, Handler>; asked: s
   const got = calls.map((c) => [c.path, c.search.get("groupBy"), c.search.get("resolution")].filter(Boolean).join(" "));
   expect(got.sort()).toEqual([...asked].sort());
 });
+
+it("asks the model filter's choices by day and the charts' reports by hour", async () => {
+  const calls = mockApi(routes());
+  const qc = new QueryClient({ defaultOptions: { queries: { retry: false } } });
+  const client = makeClient(
+    () => "t",
+    () => {},
+  );
+  await prefetchUsage(qc, client, now);
+  const buckets = calls.filter((c) => c.path === "/usage").map((c) => [c.search.get("groupBy"), c.search.get("resolution") ?? "", c.search.get("bucket")].join(" "));
+  expect(buckets.sort()).toEqual(["application  hour", "application denied hour", "model  day"]);
+});
