@@ -322,7 +322,7 @@ func CompareRollups(a, b UsageRollup) int {
 // answer the dashboards' commonest questions (by application, provider,
 // route, model) without sorting the full table's rows. The denied tables
 // (usage_hourly_denied, usage_daily_denied) are the same summary of the
-// denied requests alone (resolution 'denied', key ” and status class 0),
+// denied requests alone (resolution "denied", no key, status class 0),
 // for the console's denials. All are kept in the transaction that adds to
 // the full tables, so they always agree.
 func summarize(rows []UsageRollup, resolution string) []UsageRollup {
