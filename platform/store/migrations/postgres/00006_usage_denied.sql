@@ -4,45 +4,9 @@
 -- the console's denials are answered from a table of their own rather than
 -- from the full tables (store.rollupTable). What was stored before comes
 -- from the full tables.
-CREATE TABLE usage_hourly_denied (
-    bucket             BIGINT NOT NULL,
-    requests           BIGINT NOT NULL,
-    prompt_tokens      BIGINT NOT NULL,
-    cached_tokens      BIGINT NOT NULL,
-    cache_write_tokens BIGINT NOT NULL,
-    completion_tokens  BIGINT NOT NULL,
-    reasoning_tokens   BIGINT NOT NULL,
-    cost_micro_usd     BIGINT NOT NULL,
-    latency_us         BIGINT NOT NULL,
-    status_class       INTEGER NOT NULL,
-    application        TEXT NOT NULL,
-    provider           TEXT NOT NULL,
-    route              TEXT NOT NULL,
-    model              TEXT NOT NULL,
-    key_id             TEXT NOT NULL,
-    resolution         TEXT NOT NULL,
-    PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
-) WITH (fillfactor = 50);
-
-CREATE TABLE usage_daily_denied (
-    bucket             BIGINT NOT NULL,
-    requests           BIGINT NOT NULL,
-    prompt_tokens      BIGINT NOT NULL,
-    cached_tokens      BIGINT NOT NULL,
-    cache_write_tokens BIGINT NOT NULL,
-    completion_tokens  BIGINT NOT NULL,
-    reasoning_tokens   BIGINT NOT NULL,
-    cost_micro_usd     BIGINT NOT NULL,
-    latency_us         BIGINT NOT NULL,
-    status_class       INTEGER NOT NULL,
-    application        TEXT NOT NULL,
-    provider           TEXT NOT NULL,
-    route              TEXT NOT NULL,
-    model              TEXT NOT NULL,
-    key_id             TEXT NOT NULL,
-    resolution         TEXT NOT NULL,
-    PRIMARY KEY (bucket, application, provider, route, model, key_id, resolution, status_class)
-) WITH (fillfactor = 50);
+-- The same columns and key as the summary tables.
+CREATE TABLE usage_hourly_denied (LIKE usage_hourly_summary INCLUDING ALL) WITH (fillfactor = 50);
+CREATE TABLE usage_daily_denied (LIKE usage_daily_summary INCLUDING ALL) WITH (fillfactor = 50);
 
 INSERT INTO usage_hourly_denied (bucket, application, provider, route, model, key_id, resolution, status_class,
     requests, prompt_tokens, cached_tokens, cache_write_tokens, completion_tokens, reasoning_tokens, cost_micro_usd, latency_us)
