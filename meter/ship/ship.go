@@ -69,7 +69,7 @@ type Options struct {
 	// Idle is the wait after a batch shorter than Batch, or an empty spool,
 	// before the next read (default 200ms): under load, records gather into
 	// batches instead of each few paying a send and an Ack (the ack file's
-	// write and fsyncs). After a full batch the next is read at once.
+	// write). After a full batch the next is read at once.
 	Idle time.Duration
 	// MinBackoff and MaxBackoff bound the wait after a failed send
 	// (defaults 250ms and 30s; doubling).

@@ -75,3 +75,6 @@ func cutFrames(f *os.File, used, capacity int64) error {
 	}
 	return f.Truncate(capacity)
 }
+
+// mappedSegments: a frame's write is a copy into the mapping, no system call.
+const mappedSegments = true

@@ -21,3 +21,6 @@ func writeFrames(f *os.File, _ []byte, off int64, frames []byte) error {
 
 // cutFrames removes whatever a failed writeFrames left after used bytes.
 func cutFrames(f *os.File, used, _ int64) error { return f.Truncate(used) }
+
+// mappedSegments: a frame's write is a pwrite(2).
+const mappedSegments = false

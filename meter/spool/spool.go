@@ -21,8 +21,7 @@
 //   - A record for which Append returned nil survives kill -9 of the process:
 //     its frame was in the page cache (copied into the shared mapping, or
 //     handed to the kernel by a write(2) outside Linux) before Append
-//     returned (the frames of concurrent Appends are copied together, see
-//     groupcommit). Options.Sync decides what survives a power loss.
+//     returned. Options.Sync decides what survives a power loss.
 //   - Open repairs what a crash left: a torn tail (a partial frame, a bad
 //     CRC, bytes after the zero length that ends the frames) is truncated at
 //     the last whole frame, counted (Stats.Repairs) and logged; no earlier
@@ -75,6 +74,8 @@ const (
 	lockFileName        = "lock"
 	segmentNameDigits   = 12
 	defaultBatchReadBuf = 64 << 10
+	// maxPooledFrame is the largest buffer appendOne keeps for reuse.
+	maxPooledFrame = 16 << 10
 )
 
 var segmentMagic = [segmentHeaderSize]byte{'S', 'L', 'S', 'P', 'O', 'O', 'L', '1'}
@@ -194,7 +195,11 @@ type Spool struct {
 	opt  Options
 	log  *slog.Logger
 	lock *os.File
-	gc   *groupcommit.Group
+	// gc gathers the frames of concurrent Appends into one write where a
+	// write is a system call (outside Linux) or is followed by an fsync
+	// (SyncAlways); nil otherwise, and frames holds appendOne's buffers.
+	gc     *groupcommit.Group
+	frames sync.Pool
 
 	// mu guards everything below, up to readMu.
 	mu      sync.Mutex
@@ -231,7 +236,11 @@ func Open(dir string, opt Options) (*Spool, error) {
 		return nil, fmt.Errorf("spool %s: %w", dir, err)
 	}
 	s := &Spool{dir: dir, opt: opt, log: opt.Logger, lock: lock}
-	s.gc = groupcommit.New(s.flush)
+	if mappedSegments && opt.Sync != meter.SyncAlways {
+		s.frames.New = func() any { b := make([]byte, 0, 1024); return &b }
+	} else {
+		s.gc = groupcommit.New(s.flush)
+	}
 	if err := s.recover(); err != nil {
 		s.closeFiles()
 		return nil, err
@@ -282,7 +291,7 @@ func (s *Spool) capacity() int64 {
 // page cache (and fsynced, with SyncAlways). When the spool is full it
 // first deletes the oldest segments; it never waits for the shipper.
 func (s *Spool) Append(r *meter.Record) error {
-	err := s.gc.Append(func(dst []byte) ([]byte, error) {
+	encode := func(dst []byte) ([]byte, error) {
 		start := len(dst)
 		var hdr [frameHeaderSize]byte
 		dst = r.AppendJSON(append(dst, hdr[:]...))
@@ -291,12 +300,40 @@ func (s *Spool) Append(r *meter.Record) error {
 		}
 		putFrameHeader(dst[start:])
 		return dst, nil
-	})
+	}
+	var err error
+	if s.gc != nil {
+		err = s.gc.Append(encode)
+	} else {
+		err = s.appendOne(encode)
+	}
 	if errors.Is(err, ErrTooLarge) {
 		s.mu.Lock()
 		s.stats.AppendErrors++
 		s.mu.Unlock()
 	}
+	return err
+}
+
+// appendOne encodes one frame outside the lock, into a pooled buffer, and
+// copies it into the active segment. It serves Appends when a frame's write
+// is a copy into the mapping with no fsync (Linux, sync none or interval):
+// gathering concurrent frames (groupcommit) would save no system call there
+// and would only make Appends wait for one another.
+func (s *Spool) appendOne(encode func([]byte) ([]byte, error)) error {
+	bp := s.frames.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledFrame {
+			s.frames.Put(bp)
+		}
+	}()
+	buf, err := encode((*bp)[:0])
+	*bp = buf
+	if err != nil {
+		return err
+	}
+	ends := [1]int{len(buf)}
+	_, err = s.flush(buf, ends[:])
 	return err
 }
 
@@ -693,8 +730,9 @@ func (s *Spool) readerFor(seq uint64) (*os.File, error) {
 }
 
 // Ack records that every record of b, and every record before it, was
-// delivered: the ack file is replaced (write-rename, fsynced unless
-// SyncNone) before Ack returns, and fully acknowledged segments are deleted.
+// delivered: the ack file is replaced (write-rename, fsynced with
+// SyncAlways: writeAck) before Ack returns, and fully acknowledged segments
+// are deleted.
 // Acknowledging a batch older than the last one acknowledged, or one whose
 // records were dropped since, is a no-op.
 func (s *Spool) Ack(b Batch) error {
@@ -755,18 +793,23 @@ func (s *Spool) trimAckedLocked() []uint64 {
 	return out
 }
 
-// writeAck replaces the ack file with p.
+// writeAck replaces the ack file with p (write, rename). Only SyncAlways
+// fsyncs it: in the other modes a power loss may lose the latest ack, and
+// the records after the one that survived are delivered again, which the
+// platform's deduplication absorbs, so the shipper pays no fsync a batch.
+// kill -9 loses nothing either way (the page cache keeps the file).
 func (s *Spool) writeAck(p position) error {
 	path := filepath.Join(s.dir, ackFileName)
 	tmp := path + ".tmp"
 	content := fmt.Sprintf("%d %d\n", p.seq, p.off)
-	if err := writeFileSync(tmp, []byte(content), s.opt.Sync != meter.SyncNone); err != nil {
+	durable := s.opt.Sync == meter.SyncAlways
+	if err := writeFileSync(tmp, []byte(content), durable); err != nil {
 		return fmt.Errorf("spool: writing the ack file: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("spool: writing the ack file: %w", err)
 	}
-	if s.opt.Sync != meter.SyncNone {
+	if durable {
 		if err := filesync.SyncDir(s.dir); err != nil {
 			return fmt.Errorf("spool: writing the ack file: %w", err)
 		}

@@ -9,11 +9,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"sluice/internal/proctest"
 	"sluice/meter"
+	"sluice/meter/internal/groupcommit"
 	"sluice/meter/metertest"
 )
 
@@ -475,9 +477,84 @@ func TestBoundDropsOldest(t *testing.T) {
 	}
 }
 
+// gatherWrites makes s gather concurrent Appends into one write
+// (groupcommit), as it does where a write is a system call or an fsync
+// follows it, whatever the platform and the sync mode of the test.
+func gatherWrites(s *Spool) {
+	if s.gc == nil {
+		s.gc = groupcommit.New(s.flush)
+	}
+}
+
+// TestGatheringByMode: frames are gathered where that saves system calls
+// (outside Linux; SyncAlways), and copied one by one into the mapping
+// otherwise.
+func TestGatheringByMode(t *testing.T) {
+	for _, mode := range benchModes {
+		s := openT(t, t.TempDir(), Options{Sync: mode})
+		if want := !mappedSegments || mode == meter.SyncAlways; (s.gc != nil) != want {
+			t.Errorf("sync %s: gathering %v, want %v", mode, s.gc != nil, want)
+		}
+	}
+}
+
+// TestConcurrentAppends: Appends from many goroutines at once, on each
+// mode's own path, all land whole, each in its own write where frames are
+// not gathered; with writes failing, each returns the error and none lands.
+func TestConcurrentAppends(t *testing.T) {
+	const goroutines, each = 8, 50
+	for _, mode := range benchModes {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fail=%v", mode, fail), func(t *testing.T) {
+				s := openT(t, t.TempDir(), Options{Sync: mode, MaxBytes: 1 << 20, SegmentBytes: 64 << 10})
+				if err := s.Append(record(-1)); err != nil { // creates the active segment
+					t.Fatal(err)
+				}
+				if fail {
+					failAppends(t, s)
+				}
+				var wg sync.WaitGroup
+				var failed atomic.Int64
+				for g := range goroutines {
+					wg.Go(func() {
+						for i := range each {
+							if err := s.Append(record(g*each + i)); err != nil {
+								failed.Add(1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				want := []string{record(-1).ID}
+				if fail {
+					if n := failed.Load(); n != goroutines*each {
+						t.Fatalf("%d Appends failed, want all %d", n, goroutines*each)
+					}
+				} else {
+					if n := failed.Load(); n != 0 {
+						t.Fatalf("%d Appends failed", n)
+					}
+					want = append(want, idRange(0, goroutines*each)...)
+				}
+				st := s.Stats()
+				if s.gc == nil && !fail && st.Writes != uint64(len(want)) {
+					t.Errorf("%d writes for %d records copied one by one", st.Writes, len(want))
+				}
+				got := drain(t, s, 1000)
+				slices.Sort(got)
+				slices.Sort(want)
+				if !slices.Equal(got, want) {
+					t.Errorf("spool holds %d records, want %d", len(got), len(want))
+				}
+			})
+		}
+	}
+}
+
 // TestAppendsShareAWrite: the Appends queued behind a write under way are
-// written by one write(2); each returns after it, with its error when it
-// failed, and every Append that returned nil is in the spool.
+// written by one write; each returns after it, with its error when it
+// failed, and every Append that returned nil is in the spool (the gathered
+// path: gatherWrites).
 func TestAppendsShareAWrite(t *testing.T) {
 	const queued = 16
 	for _, mode := range benchModes {
@@ -485,6 +562,7 @@ func TestAppendsShareAWrite(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/fail=%v", mode, fail), func(t *testing.T) {
 				dir := t.TempDir()
 				s := openT(t, dir, Options{Sync: mode})
+				gatherWrites(s)
 				if err := s.Append(record(-1)); err != nil { // creates the active segment
 					t.Fatal(err)
 				}
@@ -527,6 +605,7 @@ func TestBatchedAppendsKeepRotationAndBound(t *testing.T) {
 	one := openT(t, t.TempDir(), opt)
 	batchedDir := t.TempDir()
 	batched := openT(t, batchedDir, opt)
+	gatherWrites(batched)
 	for r := range rounds {
 		base := r * (queued + 1)
 		appendN(t, one, base, base+queued+1)
