@@ -78,7 +78,7 @@ func (x *exchange) buildRecord(rec *meter.Record, start, end time.Time) {
 	rec.Time = start
 	rec.GatewayID = x.g.opts.GatewayID
 	rec.Route, rec.Provider = x.rt.name, x.rt.provider.name
-	rec.RequestedModel = u.requestedModel
+	rec.RequestedModel = meter.CutModel(u.requestedModel)
 	rec.Status = x.status
 	rec.LatencyMicros = max(end.Sub(start).Microseconds(), 1)
 	if !u.first.IsZero() {
@@ -97,7 +97,7 @@ func (x *exchange) buildRecord(rec *meter.Record, start, end time.Time) {
 		sh := x.call.Shared
 		rec.Application, rec.KeyID = sh.Auth.ApplicationID, sh.Auth.CredentialID
 		if ran {
-			rec.ServedModel = sh.ServedModel()
+			rec.ServedModel = meter.CutModel(sh.ServedModel())
 			usageFields(rec, sh.Usage())
 			complete = sh.Usage().Complete()
 			if c, ok := sh.CostMicroUSD(); ok {

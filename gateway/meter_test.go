@@ -14,6 +14,7 @@ import (
 	"sluice/internal/proctest"
 	"sluice/meter"
 	"sluice/meter/accesslog"
+	"sluice/meter/spool"
 	"sluice/mockllm"
 	"sluice/policies"
 	"sluice/policies/builtin"
@@ -283,5 +284,54 @@ func TestRecordAppendedBeforeLastByte(t *testing.T) {
 				t.Fatalf("the large body is only %d bytes", a.n)
 			}
 		})
+	}
+}
+
+// TestRecordOfHugeModelName: a client naming a model of 100 KiB (the body
+// allows it) still gets its request metered: the record's model names are
+// cut to meter.MaxModelBytes, so the spool stores it instead of refusing a
+// record over its 64 KiB bound.
+func TestRecordOfHugeModelName(t *testing.T) {
+	mock := startUpstream(t, mockllm.New(mockllm.Options{Counter: tokencount.New()}))
+	sp, err := spool.Open(t.TempDir(), spool.Options{Sync: meter.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sp.Close() })
+	_, base := serveGateway(t, prepared(mockDeployment(mock.URL, pe("api-key-auth", nil))), Options{
+		Registry: builtin.Registry(),
+		Logger:   slog.New(slog.DiscardHandler),
+		Services: policies.Services{Tokens: tokencount.New()},
+		Meter:    sp,
+	})
+	model := strings.Repeat("m", 100<<10)
+	req, _ := http.NewRequest(http.MethodPost, base+"/openai/v1/chat/completions",
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+keyB)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var b spool.Batch
+	for deadline := time.Now().Add(5 * time.Second); b.Len() == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if b, err = sp.Next(10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.Len() != 1 {
+		t.Fatalf("%d records stored (spool stats %+v), want 1", b.Len(), sp.Stats())
+	}
+	r, err := meter.Decode(b.Records[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RequestedModel != model[:meter.MaxModelBytes] || r.Status != resp.StatusCode {
+		t.Errorf("record: requested_model of %d bytes, status %d (client got %d)", len(r.RequestedModel), r.Status, resp.StatusCode)
+	}
+	if len(r.ServedModel) > meter.MaxModelBytes {
+		t.Errorf("served_model of %d bytes", len(r.ServedModel))
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Version is the meter schema version, written in every record as "v".
@@ -62,10 +63,11 @@ type Record struct {
 	// KeyID identifies the API key (the platform's key id); never the key
 	// itself.
 	KeyID string `json:"key_id,omitempty"`
-	// RequestedModel is the model the client asked for.
+	// RequestedModel is the model the client asked for, cut to
+	// MaxModelBytes (CutModel).
 	RequestedModel string `json:"requested_model,omitempty"`
 	// ServedModel is the model the provider reported serving (empty when no
-	// response reported one).
+	// response reported one), cut to MaxModelBytes.
 	ServedModel string `json:"served_model,omitempty"`
 
 	// PromptTokens counts every input token, cached and cache-write ones
@@ -115,6 +117,25 @@ type Record struct {
 	// Attempts counts the upstream attempts (retries and failover included);
 	// 0 when nothing went upstream.
 	Attempts int `json:"attempts,omitempty"`
+}
+
+// MaxModelBytes bounds the model names of a record. They come from the
+// client's body and the provider's answer; unbounded, a client could make
+// its records larger than a sink stores (meter/spool refuses a record over
+// 64 KiB), and so its requests unmetered. No real model name comes near it.
+const MaxModelBytes = 256
+
+// CutModel returns model cut to at most MaxModelBytes bytes, at a UTF-8
+// character boundary.
+func CutModel(model string) string {
+	if len(model) <= MaxModelBytes {
+		return model
+	}
+	n := MaxModelBytes
+	for n > 0 && !utf8.RuneStart(model[n]) {
+		n--
+	}
+	return model[:n]
 }
 
 // ErrNewerVersion is returned by Decode for a record written by a newer meter

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // fullRecord has every field set, so its encoding holds every field name.
@@ -358,4 +359,23 @@ func quotesByteWise(s string) bool {
 		}
 	}
 	return s == ""
+}
+
+func TestCutModel(t *testing.T) {
+	long := strings.Repeat("m", MaxModelBytes)
+	tests := []struct{ name, in, want string }{
+		{"short", "gpt-5-mini", "gpt-5-mini"},
+		{"at the bound", long, long},
+		{"over the bound", long + "xyz", long},
+		// "é" is two bytes: it would straddle the bound, so it goes whole.
+		{"a character across the bound", long[:MaxModelBytes-1] + "é", long[:MaxModelBytes-1]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := CutModel(tt.in)
+			if got != tt.want || !utf8.ValidString(got) {
+				t.Errorf("CutModel: %d bytes %q..., want %d bytes", len(got), got[:min(len(got), 8)], len(tt.want))
+			}
+		})
+	}
 }
