@@ -23,8 +23,9 @@ import (
 )
 
 // Sender delivers one batch: body is JSON lines (one record per line, as
-// meter.Record.AppendJSON encodes it), which Send must not modify. A nil
-// error means the platform stored (or had stored) every record of it.
+// meter.Record.AppendJSON encodes it), which Send must not modify, nor use
+// once it has returned nil (the shipper reads the next batch into it). A
+// nil error means the platform stored (or had stored) every record of it.
 type Sender interface {
 	Send(ctx context.Context, body []byte) error
 }
@@ -87,6 +88,12 @@ type Shipper struct {
 	o    Options
 	sent atomic.Uint64
 	errs atomic.Uint64
+	// last is the batch shipOne shipped last, whose memory the next read
+	// reuses (Run and Flush are never concurrent). Only a delivered batch
+	// is reused: the platform answers 2xx after reading the whole body, so
+	// the HTTP transport is done with it, while after an early error
+	// answer it may still be writing the body (http.RoundTripper).
+	last spool.Batch
 }
 
 // New returns a shipper of sp's records to to.
@@ -167,11 +174,13 @@ func (s *Shipper) Flush(ctx context.Context) error {
 // shipOne sends the oldest batch and acknowledges it; it returns the number
 // of records shipped (0: the spool was empty).
 func (s *Shipper) shipOne(ctx context.Context) (int, error) {
-	b, err := s.sp.Next(s.o.Batch)
+	b, err := s.sp.NextReusing(s.last, s.o.Batch)
+	s.last = spool.Batch{}
 	if err != nil {
 		return 0, err
 	}
 	if b.Len() == 0 {
+		s.last = b
 		return 0, nil
 	}
 	sctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
@@ -185,5 +194,6 @@ func (s *Shipper) shipOne(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("acknowledging %d shipped records: %w", b.Len(), err)
 	}
 	s.sent.Add(uint64(b.Len()))
+	s.last = b
 	return b.Len(), nil
 }

@@ -18,6 +18,8 @@ import (
 // its last whole frame), places the cursor, and reopens the newest segment
 // for appending when it has room.
 func (s *Spool) recover() error {
+	// An earlier version replaced the ack file by write-rename; a crash may
+	// have left its temporary file.
 	if err := os.Remove(filepath.Join(s.dir, ackFileName+".tmp")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("spool: %w", err)
 	}
@@ -112,7 +114,8 @@ func (s *Spool) readAck() (position, bool) {
 	return position{}, false
 }
 
-// parseAck reads "<segment> <offset>\n".
+// parseAck reads "<segment> <offset>\n" (writeAck pads both numbers with
+// zeros; an earlier version did not).
 func parseAck(b []byte) (position, bool) {
 	line, ok := strings.CutSuffix(string(b), "\n")
 	if !ok {

@@ -3,8 +3,8 @@
 // the platform and acknowledges them; acknowledged segments are deleted.
 //
 // On disk, a spool is a directory of segment files (000000000001.seg, ...),
-// an ack file (the position after the last acknowledged record, replaced by
-// write-rename) and a lock file (one process at a time). A segment starts
+// an ack file (the position after the last acknowledged record, rewritten
+// in place: writeAck) and a lock file (one process at a time). A segment starts
 // with an 8-byte magic and holds frames:
 //
 //	length  uint32, little endian: payload bytes (1..MaxRecordBytes)
@@ -104,7 +104,7 @@ type Options struct {
 	// about one segment's records.
 	SegmentBytes int64
 	// Sync is when written data is fsynced (see meter.SyncMode). It also
-	// applies to the ack file: with SyncNone it is renamed without fsync.
+	// applies to the ack file: only SyncAlways fsyncs it (writeAck).
 	Sync meter.SyncMode
 	// SyncInterval is SyncInterval's period (default meter.DefaultSyncInterval).
 	SyncInterval time.Duration
@@ -212,12 +212,16 @@ type Spool struct {
 	cursor  position  // oldest unacknowledged record; cursor.seq == segs[0].seq
 	stats   Stats
 
-	// readMu serialises Next; ackMu serialises Ack.
+	// readMu serialises Next; ackMu serialises Ack and guards ackf and
+	// ackBuf.
 	readMu sync.Mutex
 	rf     *os.File // the segment Next read last
 	rfSeq  uint64
 	br     *bufio.Reader // Next's read buffer
+	ends   []int         // Next's scratch: where each record ends
 	ackMu  sync.Mutex
+	ackf   *os.File // the ack file, open for writing (nil until the first Ack)
+	ackBuf []byte
 
 	syncer *filesync.Syncer // SyncInterval only
 }
@@ -592,7 +596,13 @@ func (s *Spool) ensureActiveLocked() error {
 // append order, across segments. Without an Ack in between, the next call
 // returns the same records again (plus any appended since, up to max). An
 // empty batch means everything is acknowledged.
-func (s *Spool) Next(max int) (Batch, error) {
+func (s *Spool) Next(max int) (Batch, error) { return s.NextReusing(Batch{}, max) }
+
+// NextReusing is Next returning the batch in prev's memory where it fits
+// (a shipper passes its last batch, once sent and acknowledged, so that a
+// batch costs no allocation in the steady state). prev and its slices must
+// not be used afterwards.
+func (s *Spool) NextReusing(prev Batch, max int) (Batch, error) {
 	s.readMu.Lock()
 	defer s.readMu.Unlock()
 	s.mu.Lock()
@@ -605,9 +615,10 @@ func (s *Spool) Next(max int) (Batch, error) {
 	s.mu.Unlock()
 
 	var b Batch
-	var ends []int
-	// One allocation for the batch's bytes in the common case: the unread
-	// frames, at most max of the segments' average size.
+	ends := s.ends[:0]
+	// At most one allocation for the batch's bytes in the common case (none
+	// when prev has room): the unread frames, at most max of the segments'
+	// average size.
 	var unread, frames int64
 	for _, seg := range segs {
 		if seg.seq >= pos.seq {
@@ -618,7 +629,10 @@ func (s *Spool) Next(max int) (Batch, error) {
 	if frames > 0 {
 		unread = min(unread, int64(max)*(unread/frames+1))
 	}
-	data := make([]byte, 0, unread)
+	data := prev.lines[:0]
+	if int64(cap(data)) < unread {
+		data = make([]byte, 0, unread)
+	}
 	for _, seg := range segs {
 		if len(ends) >= max {
 			break
@@ -638,8 +652,12 @@ func (s *Spool) Next(max int) (Batch, error) {
 			return Batch{}, err
 		}
 	}
+	s.ends = ends
 	start := 0
-	b.Records = make([][]byte, 0, len(ends))
+	b.Records = prev.Records[:0]
+	if cap(b.Records) < len(ends) {
+		b.Records = make([][]byte, 0, len(ends))
+	}
 	for _, end := range ends {
 		b.Records = append(b.Records, data[start:end:end])
 		start = end + 1 // after the newline
@@ -730,9 +748,9 @@ func (s *Spool) readerFor(seq uint64) (*os.File, error) {
 }
 
 // Ack records that every record of b, and every record before it, was
-// delivered: the ack file is replaced (write-rename, fsynced with
-// SyncAlways: writeAck) before Ack returns, and fully acknowledged segments
-// are deleted.
+// delivered: the ack file is rewritten (in place, fsynced with SyncAlways:
+// writeAck) before Ack returns, and fully acknowledged segments are
+// deleted.
 // Acknowledging a batch older than the last one acknowledged, or one whose
 // records were dropped since, is a no-op.
 func (s *Spool) Ack(b Batch) error {
@@ -793,40 +811,56 @@ func (s *Spool) trimAckedLocked() []uint64 {
 	return out
 }
 
-// writeAck replaces the ack file with p (write, rename). Only SyncAlways
-// fsyncs it: in the other modes a power loss may lose the latest ack, and
-// the records after the one that survived are delivered again, which the
-// platform's deduplication absorbs, so the shipper pays no fsync a batch.
-// kill -9 loses nothing either way (the page cache keeps the file).
+// ackWidth is the width of each number of the ack file: the file is always
+// one line of ackLen bytes, so each write covers the whole of the one before
+// (and of a shorter line an earlier version wrote by write-rename).
+const (
+	ackWidth = 20 // digits of the largest uint64
+	ackLen   = 2*ackWidth + 2
+)
+
+// writeAck rewrites the ack file with p: one pwrite(2) of a fixed-width line
+// at offset 0, on a handle kept open, so an Ack costs one system call and
+// creates no file. Only SyncAlways fsyncs it: in the other modes a power
+// loss may lose the latest ack, and the records after the one that survived
+// are delivered again, which the platform's deduplication absorbs, so the
+// shipper pays no fsync a batch. A line the power loss tore (it lies within
+// one sector, which devices write whole) reads as malformed: readAck then
+// delivers again from the oldest segment, never losing a record. kill -9
+// loses nothing either way (the page cache keeps the write).
 func (s *Spool) writeAck(p position) error {
-	path := filepath.Join(s.dir, ackFileName)
-	tmp := path + ".tmp"
-	content := fmt.Sprintf("%d %d\n", p.seq, p.off)
 	durable := s.opt.Sync == meter.SyncAlways
-	if err := writeFileSync(tmp, []byte(content), durable); err != nil {
+	first := s.ackf == nil
+	if first {
+		f, err := os.OpenFile(filepath.Join(s.dir, ackFileName), os.O_WRONLY|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("spool: opening the ack file: %w", err)
+		}
+		if durable {
+			if err := filesync.SyncDir(s.dir); err != nil {
+				f.Close()
+				return fmt.Errorf("spool: opening the ack file: %w", err)
+			}
+		}
+		s.ackf = f
+	}
+	b := fmt.Appendf(s.ackBuf[:0], "%0*d %0*d\n", ackWidth, p.seq, ackWidth, p.off)
+	s.ackBuf = b
+	if _, err := s.ackf.WriteAt(b, 0); err != nil {
 		return fmt.Errorf("spool: writing the ack file: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("spool: writing the ack file: %w", err)
-	}
-	if durable {
-		if err := filesync.SyncDir(s.dir); err != nil {
+	if first {
+		// Anything longer a file left there must not follow the line.
+		if err := s.ackf.Truncate(int64(len(b))); err != nil {
 			return fmt.Errorf("spool: writing the ack file: %w", err)
 		}
 	}
+	if durable {
+		if err := s.ackf.Sync(); err != nil {
+			return fmt.Errorf("spool: fsync of the ack file: %w", err)
+		}
+	}
 	return nil
-}
-
-func writeFileSync(path string, data []byte, fsync bool) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	return filesync.Close(f, fsync)
 }
 
 // MaxBytes is the spool's bound (Options.MaxBytes after defaults).
@@ -881,6 +915,10 @@ func (s *Spool) closeFiles() {
 	if s.rf != nil {
 		s.rf.Close()
 		s.rf = nil
+	}
+	if s.ackf != nil {
+		s.ackf.Close()
+		s.ackf = nil
 	}
 	if s.lock != nil {
 		unlockDir(s.lock)

@@ -409,6 +409,49 @@ func TestAckFileUnreadable(t *testing.T) {
 	}
 }
 
+// TestAckFileOfEarlierVersion: an ack file an earlier version wrote (by
+// write-rename, numbers unpadded, with a leftover temporary file) is read,
+// and the next Ack's fixed-width line, written in place, replaces it whole.
+func TestAckFileOfEarlierVersion(t *testing.T) {
+	dir := written(t, 10, nil)
+	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+	for name, content := range map[string]string{
+		ackFileName:          fmt.Sprintf("1 %d\n", segmentHeaderSize+3*frame),
+		ackFileName + ".tmp": "1 8\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openT(t, dir, Options{Sync: meter.SyncNone})
+	if _, err := os.Stat(filepath.Join(dir, ackFileName+".tmp")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the temporary ack file is still there: %v", err)
+	}
+	b, err := s.Next(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(t, b); !slices.Equal(got, idRange(3, 5)) {
+		t.Fatalf("first batch %v, want r3, r4", got)
+	}
+	if err := s.Ack(b); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, ackFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%020d %020d\n", 1, segmentHeaderSize+5*frame)
+	if string(raw) != want {
+		t.Errorf("ack file %q, want %q", raw, want)
+	}
+	s.Close()
+	s = openT(t, dir, Options{Sync: meter.SyncNone})
+	if got := drain(t, s, 100); !slices.Equal(got, idRange(5, 10)) {
+		t.Errorf("after reopen read %v, want r5..r9", got)
+	}
+}
+
 func TestAckNotOnBoundary(t *testing.T) {
 	dir := written(t, 10, nil)
 	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
