@@ -118,3 +118,46 @@ func TestWriterError(t *testing.T) {
 	}
 	_ = w.Close()
 }
+
+// blockingWriter blocks its first Write until release is closed.
+type blockingWriter struct {
+	recorder
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() {
+		close(w.entered)
+		<-w.release
+	})
+	return w.recorder.Write(p)
+}
+
+// TestWriteDoesNotWaitForTheSystemCall: while a full buffer is being
+// written, Writes append to the spare and return; the lines still reach
+// the writer in order.
+func TestWriteDoesNotWaitForTheSystemCall(t *testing.T) {
+	w := &blockingWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	b := New(w, 8, time.Hour)
+	b.Write([]byte("aaaa\n"))
+	go b.Write([]byte("bbbb\n")) // does not fit: writes "aaaa\n" out, blocked
+	<-w.entered
+	returned := make(chan struct{})
+	go func() {
+		b.Write([]byte("cc\n"))
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Write waited for the underlying write under way")
+	}
+	close(w.release)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(w.all(), ""); got != "aaaa\nbbbb\ncc\n" {
+		t.Errorf("written %q", got)
+	}
+}

@@ -12,17 +12,20 @@ import (
 	"sync"
 	"time"
 
+	"sluice/internal/linebuf"
 	"sluice/meter"
 )
 
 // Writer writes access lines to an io.Writer. It is safe for concurrent use:
 // each line is one Write call, made while no other line of this Writer is
-// being written.
+// being written, except on a *linebuf.Writer, which keeps each Write whole
+// and in order itself (and so lets lines be added while it writes out).
 type Writer struct {
-	w     io.Writer
-	json  bool
-	level slog.Level
-	now   func() time.Time
+	w      io.Writer
+	json   bool
+	level  slog.Level
+	now    func() time.Time
+	locked bool // Writes to w go one at a time, under mu
 
 	mu   sync.Mutex
 	pool sync.Pool // *[]byte, a line's buffer
@@ -43,7 +46,8 @@ func New(w io.Writer, format string, level slog.Level, now func() time.Time) (*W
 	if now == nil {
 		now = time.Now
 	}
-	return &Writer{w: w, json: json, level: level, now: now, pool: sync.Pool{New: func() any {
+	_, batched := w.(*linebuf.Writer)
+	return &Writer{w: w, json: json, level: level, now: now, locked: !batched, pool: sync.Pool{New: func() any {
 		b := make([]byte, 0, 1024)
 		return &b
 	}}}, nil
@@ -67,9 +71,13 @@ func (w *Writer) Log(rec *meter.Record) {
 	} else {
 		b = rec.AppendAccessText(b, t)
 	}
-	w.mu.Lock()
-	_, _ = w.w.Write(b)
-	w.mu.Unlock()
+	if w.locked {
+		w.mu.Lock()
+		_, _ = w.w.Write(b)
+		w.mu.Unlock()
+	} else {
+		_, _ = w.w.Write(b)
+	}
 	*bp = b
 	w.pool.Put(bp)
 }
