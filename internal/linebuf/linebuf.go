@@ -23,26 +23,17 @@ const (
 // for at most the interval: a process killed with SIGKILL loses at most
 // that much.
 //
-// Write, Flush and Close are safe for concurrent use, and lines reach the
-// underlying writer in the order their Writes returned. A full buffer is
-// swapped for a spare and written with the buffer's lock released, so the
-// Writes of other goroutines append to the spare meanwhile instead of
-// waiting for the system call. Write never fails: an error of the
-// underlying writer is returned by the next Flush or Close and the lines of
-// that write are dropped.
+// Write, Flush and Close are safe for concurrent use. Write never fails: an
+// error of the underlying writer is returned by the next Flush or Close and
+// the lines of that write are dropped.
 type Writer struct {
 	w    io.Writer
 	size int
 
-	// mu guards the fields below; wmu is held while writing to w, taken
-	// with mu held (lock order: mu, then wmu) so that buffers are written
-	// in the order they were swapped out.
 	mu     sync.Mutex
 	buf    []byte
-	spare  []byte // an empty buffer to swap in (nil while one is being written)
 	err    error
 	closed bool
-	wmu    sync.Mutex
 
 	stop chan struct{}
 	done chan struct{}
@@ -57,8 +48,7 @@ func New(w io.Writer, size int, interval time.Duration) *Writer {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	b := &Writer{w: w, size: size, buf: make([]byte, 0, size), spare: make([]byte, 0, size),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	b := &Writer{w: w, size: size, buf: make([]byte, 0, size), stop: make(chan struct{}), done: make(chan struct{})}
 	go b.loop(interval)
 	return b
 }
@@ -77,85 +67,43 @@ func (b *Writer) loop(interval time.Duration) {
 	}
 }
 
-// Write appends p, writing the buffer out first when p would not fit; after
-// Close it writes p through.
+// Write appends p, flushing first when p would not fit; after Close it
+// writes p through.
 func (b *Writer) Write(p []byte) (int, error) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
-		b.wmu.Lock()
-		b.mu.Unlock()
-		defer b.wmu.Unlock()
 		return b.w.Write(p)
 	}
-	if len(b.buf)+len(p) <= b.size {
-		b.buf = append(b.buf, p...)
-		b.mu.Unlock()
-		return len(p), nil
+	if len(b.buf)+len(p) > b.size {
+		b.flushLocked()
 	}
-	full := b.swapLocked()
 	if len(p) >= b.size {
-		// Too long to buffer: written after the buffer, in the same turn.
-		b.writeOut(full, p)
+		if _, err := b.w.Write(p); err != nil && b.err == nil {
+			b.err = err
+		}
 		return len(p), nil
 	}
 	b.buf = append(b.buf, p...)
-	b.writeOut(full, nil)
 	return len(p), nil
 }
 
-// swapLocked takes the buffered lines out, putting the spare (or a new
-// buffer) in their place. b.mu must be held.
-func (b *Writer) swapLocked() []byte {
-	full := b.buf
-	b.buf = b.spare
-	if b.buf == nil {
-		b.buf = make([]byte, 0, b.size)
+func (b *Writer) flushLocked() {
+	if len(b.buf) == 0 {
+		return
 	}
-	b.spare = nil
-	return full
-}
-
-// writeOut writes full (buffered lines, possibly none) and then extra (a
-// line too long to buffer, or nil) to w. It is called with b.mu held and
-// releases it: it takes wmu first, so that writes keep their order, and
-// holds only wmu during the system call. full becomes the spare again.
-func (b *Writer) writeOut(full, extra []byte) {
-	b.wmu.Lock()
-	b.mu.Unlock()
-	var err error
-	if len(full) > 0 {
-		_, err = b.w.Write(full)
-	}
-	if len(extra) > 0 {
-		if _, e := b.w.Write(extra); err == nil {
-			err = e
-		}
-	}
-	b.wmu.Unlock()
-	b.mu.Lock()
-	if err != nil && b.err == nil {
+	if _, err := b.w.Write(b.buf); err != nil && b.err == nil {
 		b.err = err
 	}
-	if b.spare == nil {
-		b.spare = full[:0]
-	}
-	b.mu.Unlock()
+	b.buf = b.buf[:0]
 }
 
 // Flush writes what is buffered and returns the first error since the last
 // Flush.
 func (b *Writer) Flush() error {
 	b.mu.Lock()
-	if len(b.buf) > 0 {
-		b.writeOut(b.swapLocked(), nil)
-	} else {
-		// Wait for a write under way, so that its error is returned.
-		b.wmu.Lock()
-		b.mu.Unlock()
-		b.wmu.Unlock()
-	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.flushLocked()
 	err := b.err
 	b.err = nil
 	return err
@@ -173,14 +121,7 @@ func (b *Writer) Close() error {
 	close(b.stop)
 	<-b.done
 	b.mu.Lock()
-	if len(b.buf) > 0 {
-		b.writeOut(b.swapLocked(), nil)
-	} else {
-		b.wmu.Lock()
-		b.mu.Unlock()
-		b.wmu.Unlock()
-	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.flushLocked()
 	return b.err
 }

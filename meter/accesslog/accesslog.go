@@ -12,20 +12,17 @@ import (
 	"sync"
 	"time"
 
-	"sluice/internal/linebuf"
 	"sluice/meter"
 )
 
 // Writer writes access lines to an io.Writer. It is safe for concurrent use:
 // each line is one Write call, made while no other line of this Writer is
-// being written, except on a *linebuf.Writer, which keeps each Write whole
-// and in order itself (and so lets lines be added while it writes out).
+// being written.
 type Writer struct {
-	w      io.Writer
-	json   bool
-	level  slog.Level
-	now    func() time.Time
-	locked bool // Writes to w go one at a time, under mu
+	w     io.Writer
+	json  bool
+	level slog.Level
+	now   func() time.Time
 
 	mu   sync.Mutex
 	pool sync.Pool // *[]byte, a line's buffer
@@ -46,8 +43,7 @@ func New(w io.Writer, format string, level slog.Level, now func() time.Time) (*W
 	if now == nil {
 		now = time.Now
 	}
-	_, batched := w.(*linebuf.Writer)
-	return &Writer{w: w, json: json, level: level, now: now, locked: !batched, pool: sync.Pool{New: func() any {
+	return &Writer{w: w, json: json, level: level, now: now, pool: sync.Pool{New: func() any {
 		b := make([]byte, 0, 1024)
 		return &b
 	}}}, nil
@@ -71,13 +67,9 @@ func (w *Writer) Log(rec *meter.Record) {
 	} else {
 		b = rec.AppendAccessText(b, t)
 	}
-	if w.locked {
-		w.mu.Lock()
-		_, _ = w.w.Write(b)
-		w.mu.Unlock()
-	} else {
-		_, _ = w.w.Write(b)
-	}
+	w.mu.Lock()
+	_, _ = w.w.Write(b)
+	w.mu.Unlock()
 	*bp = b
 	w.pool.Put(bp)
 }
