@@ -10,22 +10,30 @@
 # two slots every run, so a slot's own bias cancels out over an even number
 # of runs.
 #
+# A second phase starts the two gateways again in the other order (and on
+# each other's ports) and repeats the runs; the result is the geometric mean
+# of the two phases' medians.
+#
 # Use it where a closed-loop throughput ratio is lost in a shared machine's
 # noise: two builds of the same deployment (SLUICE_A=old SLUICE_B=new), or
 # one build with and without a feature (EXTRA_B='meter: {sink: none,
-# accessLog: "off"}').
+# accessLog: "off"}'). Calibrate first with an A/A run (the same binary and
+# deployment on both sides): on the 2-core machine of docs/benchmarks.md it
+# read 1.018-1.031, not 1.000, in both phases, a bias of the B side this
+# script does not explain; compare an A/B against it.
 #
 # Environment (defaults in brackets): SLUICE_A, SLUICE_B [empty: build
 # ./cmd/sluice], EXTRA_A, EXTRA_B [empty: YAML lines added at the
 # deployment's top level; default meter: {sink: platform}], CONFIG
 # [bench/fullchain.yaml], RATE [1000, per gateway], DURATION [15s], WARMUP
-# [2s], RUNS [6].
+# [2s], RUNS [4: runs in each of the two phases, the second with the
+# gateways started in the other order].
 set -euo pipefail
 
 RATE=${RATE:-1000}
 DURATION=${DURATION:-15s}
 WARMUP=${WARMUP:-2s}
-RUNS=${RUNS:-6}
+RUNS=${RUNS:-4}
 CONFIG=${CONFIG:-bench/fullchain.yaml}
 KEY=sk-sluice-bench
 
@@ -66,40 +74,60 @@ pids+=($!)
 pids+=($!)
 "$work/loadgen" -wait "http://127.0.0.1:$stub_port/healthz"
 "$work/loadgen" -wait "http://127.0.0.1:$mock_port/healthz"
-for side in A B; do
-	"$work/sluice-$side" gateway --platform "http://127.0.0.1:$stub_port" --token "$side" --cache "$work/$side-cache" \
-		--listen "127.0.0.1:${gw_port[$side]}" >"$work/$side.out" 2>"$work/$side.log" &
-	pids+=($!)
-	gw_pid[$side]=$!
-	"$work/loadgen" -wait "http://127.0.0.1:${gw_port[$side]}/readyz" || { cat "$work/$side.log" >&2; exit 1; }
-done
+# start_gateways starts side $1 on the first port and side $2 on the
+# second, stopping the ones before.
+gw_procs=()
+start_gateways() {
+	for p in "${gw_procs[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+	gw_procs=()
+	local i=0 side
+	for side in "$@"; do
+		i=$((i + 1))
+		gw_port[$side]=${slot_port[$i]}
+		"$work/sluice-$side" gateway --platform "http://127.0.0.1:$stub_port" --token "$side" --cache "$work/$side-$phase-cache" \
+			--listen "127.0.0.1:${gw_port[$side]}" >"$work/$side.out" 2>"$work/$side.log" &
+		pids+=($!)
+		gw_procs+=($!)
+		gw_pid[$side]=$!
+		"$work/loadgen" -wait "http://127.0.0.1:${gw_port[$side]}/readyz" || { cat "$work/$side.log" >&2; exit 1; }
+	done
+}
+declare -A slot_port=([1]=${gw_port[A]} [2]=${gw_port[B]})
 
-echo "machine: $(nproc) cores; config $CONFIG, $RATE req/s per gateway, $RUNS runs of $WARMUP + $DURATION"
+echo "machine: $(nproc) cores; config $CONFIG, $RATE req/s per gateway, 2 x $RUNS runs of $WARMUP + $DURATION"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 tick_us=$((1000000 / $(getconf CLK_TCK)))
 url() { echo "http://127.0.0.1:${gw_port[$1]}/openai/v1/chat/completions"; }
-printf '\n| run | A: CPU us/req | B: CPU us/req | B/A | A: p50 / p99 us | B: p50 / p99 us |\n|---|---:|---:|---:|---:|---:|\n'
-: >"$work/ratios"
-for run in $(seq 1 "$RUNS"); do
-	first=A second=B
-	(( run % 2 == 0 )) && first=B second=A
-	a0=$(cpu_ticks "${gw_pid[A]}") b0=$(cpu_ticks "${gw_pid[B]}")
-	"$work/loadgen" -mode open -rate "$RATE" -url "$(url $first)" -label "$first" -url2 "$(url $second)" -label2 "$second" \
-		-H "Authorization: Bearer $KEY" -duration "$DURATION" -warmup "$WARMUP" >"$work/run.txt"
-	a1=$(cpu_ticks "${gw_pid[A]}") b1=$(cpu_ticks "${gw_pid[B]}")
-	# The CPU counters span warm-up and measured time: the requests of both
-	# are the measured ones scaled by their length (an open loop's rate is
-	# the same in both).
-	awk -v a="$((a1 - a0))" -v b="$((b1 - b0))" -v tick="$tick_us" -v scale="$(( ${WARMUP%s} + ${DURATION%s} ))/${DURATION%s}" -v run="$run" -v ratios="$work/ratios" '
-	function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
-	BEGIN { split(scale, sc, "/"); k = sc[1] / sc[2] }
-	/^RESULT / { l = field("label"); n[l] = field("requests") * k; p50[l] = field("p50_us"); p99[l] = field("p99_us") }
-	END {
-		ca = a * tick / n["A"]; cb = b * tick / n["B"]
-		printf "| %s | %.1f | %.1f | %.3f | %s / %s | %s / %s |\n", run, ca, cb, cb / ca, p50["A"], p99["A"], p50["B"], p99["B"]
-		printf "%.4f\n", cb / ca >>ratios
-	}' "$work/run.txt"
+printf '\n| phase | run | A: CPU us/req | B: CPU us/req | B/A | A: p50 / p99 us | B: p50 / p99 us |\n|---|---|---:|---:|---:|---:|---:|\n'
+for phase in 1 2; do
+	# Phase 2 swaps the processes' order and ports, so that what comes with
+	# being the first or the second gateway cancels out.
+	if (( phase == 1 )); then start_gateways A B; else start_gateways B A; fi
+	: >"$work/ratios-$phase"
+	for run in $(seq 1 "$RUNS"); do
+		first=A second=B
+		(( run % 2 == 0 )) && first=B second=A
+		a0=$(cpu_ticks "${gw_pid[A]}") b0=$(cpu_ticks "${gw_pid[B]}")
+		"$work/loadgen" -mode open -rate "$RATE" -url "$(url $first)" -label "$first" -url2 "$(url $second)" -label2 "$second" \
+			-H "Authorization: Bearer $KEY" -duration "$DURATION" -warmup "$WARMUP" >"$work/run.txt"
+		a1=$(cpu_ticks "${gw_pid[A]}") b1=$(cpu_ticks "${gw_pid[B]}")
+		# The CPU counters span warm-up and measured time, over which the
+		# open loop sent each gateway the same requests: RATE a second.
+		awk -v a="$((a1 - a0))" -v b="$((b1 - b0))" -v tick="$tick_us" -v n="$(( RATE * (${WARMUP%s} + ${DURATION%s}) ))" \
+			-v phase="$phase" -v run="$run" -v ratios="$work/ratios-$phase" '
+		function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
+		/^RESULT / { l = field("label"); p50[l] = field("p50_us"); p99[l] = field("p99_us") }
+		END {
+			ca = a * tick / n; cb = b * tick / n
+			printf "| %d | %d | %.1f | %.1f | %.3f | %s / %s | %s / %s |\n", phase, run, ca, cb, cb / ca, p50["A"], p99["A"], p50["B"], p99["B"]
+			printf "%.4f\n", cb / ca >>ratios
+		}' "$work/run.txt"
+	done
 done
-sort -n "$work/ratios" | awk '{v[NR] = $1} END {m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "median B/A CPU per request: %.3f (runs %.3f-%.3f)\n", m, v[1], v[NR]}'
+for phase in 1 2; do
+	sort -n "$work/ratios-$phase" | awk '{v[NR] = $1} END {printf "%.4f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}' >"$work/median-$phase"
+done
+m1=$(cat "$work/median-1") m2=$(cat "$work/median-2")
+awk -v m1="$m1" -v m2="$m2" 'BEGIN { printf "median B/A CPU per request: %.3f with A started first, %.3f with B first; together (geometric mean) %.3f\n", m1, m2, sqrt(m1 * m2) }'
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
