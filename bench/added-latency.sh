@@ -15,16 +15,8 @@ DURATION=${DURATION:-20s}
 KEY=sk-sluice-bench
 export SLUICE_BENCH_REDIS_URL=${SLUICE_BENCH_REDIS_URL:-redis://127.0.0.1:6379/0}
 cd "$(dirname "$0")/.."
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-added.XXXXXX")
-pids=()
-cleanup() {
-	local rc=$?
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-	exit "$rc"
-}
-trap cleanup EXIT
+. bench/lib.sh
+bench_init added
 go build -o "$work/sluice" ./cmd/sluice
 go build -o "$work/loadgen" ./bench/loadgen
 mock_port=$((20000 + RANDOM % 5000))

@@ -38,17 +38,8 @@ CONFIG=${CONFIG:-bench/fullchain.yaml}
 KEY=sk-sluice-bench
 
 cd "$(dirname "$0")/.."
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-ab.XXXXXX")
-pids=()
-cleanup() {
-	local rc=$?
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. bench/lib.sh
+bench_init ab
 
 for side in A B; do
 	bin_var=SLUICE_$side
@@ -57,7 +48,6 @@ done
 go build -o "$work/loadgen" ./bench/loadgen
 go build -o "$work/platformstub" ./bench/platformstub
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 mock_port=$(port)
 stub_port=$(port)
 declare -A gw_port gw_pid
@@ -96,7 +86,6 @@ declare -A slot_port=([1]=${gw_port[A]} [2]=${gw_port[B]})
 
 echo "machine: $(nproc) cores; config $CONFIG, $RATE req/s per gateway, 2 x $RUNS runs of $WARMUP + $DURATION"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 tick_us=$((1000000 / $(getconf CLK_TCK)))
 url() { echo "http://127.0.0.1:${gw_port[$1]}/openai/v1/chat/completions"; }
 printf '\n| phase | run | A: CPU us/req | B: CPU us/req | B/A | A: p50 / p99 us | B: p50 / p99 us |\n|---|---|---:|---:|---:|---:|---:|\n'

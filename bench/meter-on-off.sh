@@ -27,11 +27,9 @@ SINK=${SINK:-jsonl}
 KEY=sk-sluice-bench
 
 cd "$(dirname "$0")/.."
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-meterbench.XXXXXX")
-pids=()
+. bench/lib.sh
+bench_init meterbench
 declare -A gwpid
-# cpu_ticks prints a process's user+system CPU time in clock ticks.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # sys_ticks prints its system CPU time alone (the kernel's work for it:
 # system calls, page faults).
 sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
@@ -41,21 +39,11 @@ write_calls() { awk '$1 == "syscw:" {print $2}' "/proc/$1/io"; }
 # minor_faults prints a process's minor page faults (the spool's mapped
 # segment takes one when it first writes a page).
 minor_faults() { awk '{print $10}' "/proc/$1/stat"; }
-cleanup() {
-	local rc=$?
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 if [[ -n "${SLUICE:-}" ]]; then cp "$SLUICE" "$work/sluice"; else go build -o "$work/sluice" ./cmd/sluice; fi
 go build -o "$work/loadgen" ./bench/loadgen
 [[ "$SINK" == spool ]] && go build -o "$work/platformstub" ./bench/platformstub
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 mock_port=$(port)
 on_port=$(port)
 off_port=$(port)
