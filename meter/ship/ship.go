@@ -30,6 +30,11 @@ type Sender interface {
 	Send(ctx context.Context, body []byte) error
 }
 
+// ErrBatchTooLarge is a Sender's error for a batch the platform refused for
+// its size (HTTP 413): the shipper then sends fewer records at a time
+// instead of retrying the same batch forever.
+var ErrBatchTooLarge = errors.New("the platform refused the batch as too large")
+
 // HTTPSender posts batches to the platform's POST /api/v1/gateway/usage with
 // the gateway's token.
 type HTTPSender struct {
@@ -56,6 +61,9 @@ func (h *HTTPSender) Send(ctx context.Context, body []byte) error {
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+	if resp.StatusCode == http.StatusRequestEntityTooLarge {
+		return fmt.Errorf("%w: platform answered %d: %s", ErrBatchTooLarge, resp.StatusCode, bytes.TrimSpace(msg))
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("platform answered %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
@@ -94,6 +102,12 @@ type Shipper struct {
 	// the HTTP transport is done with it, while after an early error
 	// answer it may still be writing the body (http.RoundTripper).
 	last spool.Batch
+	// limit is the most records the next batch holds: Options.Batch, or
+	// less after the platform refused a batch as too large (halved at each
+	// refusal, doubled at each delivery up to ceiling). ceiling is fewer
+	// than the smallest count refused so far (Options.Batch until one is),
+	// so that a shipper past a refusal does not keep growing into the next.
+	limit, ceiling int
 }
 
 // New returns a shipper of sp's records to to.
@@ -116,7 +130,7 @@ func New(sp *spool.Spool, to Sender, o Options) *Shipper {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Shipper{sp: sp, to: to, o: o}
+	return &Shipper{sp: sp, to: to, o: o, limit: o.Batch, ceiling: o.Batch}
 }
 
 // Stats are the shipper's counters since New.
@@ -136,6 +150,8 @@ func (s *Shipper) Run(ctx context.Context) {
 		n, err := s.shipOne(ctx)
 		wait := s.o.Idle
 		switch {
+		case errors.Is(err, errSmaller):
+			backoff, wait = 0, 0
 		case err != nil:
 			backoff = min(max(2*backoff, s.o.MinBackoff), s.o.MaxBackoff)
 			wait = backoff
@@ -162,6 +178,9 @@ func (s *Shipper) Run(ctx context.Context) {
 func (s *Shipper) Flush(ctx context.Context) error {
 	for {
 		n, err := s.shipOne(ctx)
+		if errors.Is(err, errSmaller) {
+			continue
+		}
 		if err != nil || n == 0 {
 			return err
 		}
@@ -171,10 +190,14 @@ func (s *Shipper) Flush(ctx context.Context) error {
 	}
 }
 
+// errSmaller is shipOne's report that the platform refused a batch as too
+// large and the next one is smaller: it is sent at once, without back-off.
+var errSmaller = errors.New("batch refused as too large; retrying smaller")
+
 // shipOne sends the oldest batch and acknowledges it; it returns the number
 // of records shipped (0: the spool was empty).
 func (s *Shipper) shipOne(ctx context.Context) (int, error) {
-	b, err := s.sp.NextReusing(s.last, s.o.Batch)
+	b, err := s.sp.NextReusing(s.last, s.limit)
 	s.last = spool.Batch{}
 	if err != nil {
 		return 0, err
@@ -188,8 +211,16 @@ func (s *Shipper) shipOne(ctx context.Context) (int, error) {
 	cancel()
 	if err != nil {
 		s.errs.Add(1)
+		if errors.Is(err, ErrBatchTooLarge) && b.Len() > 1 {
+			s.ceiling = min(s.ceiling, b.Len()-1)
+			s.limit = max(1, b.Len()/2)
+			s.o.Logger.Warn("usage batch refused as too large; sending fewer records at a time",
+				"records", b.Len(), "next", s.limit, "bytes", len(b.Lines()))
+			return 0, errSmaller
+		}
 		return 0, err
 	}
+	s.limit = min(2*s.limit, s.ceiling)
 	if err := s.sp.Ack(b); err != nil && !errors.Is(err, spool.ErrClosed) {
 		return 0, fmt.Errorf("acknowledging %d shipped records: %w", b.Len(), err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -85,5 +87,78 @@ func TestFlush(t *testing.T) {
 				t.Errorf("spool %+v, shipper %+v: want all sent and acknowledged", st, s)
 			}
 		})
+	}
+}
+
+// sizeLimited is a platform that refuses, as too large, a batch of more
+// than max records, and keeps the bodies it takes.
+type sizeLimited struct {
+	recorder
+	max, refused int
+}
+
+func (s *sizeLimited) Send(ctx context.Context, body []byte) error {
+	if strings.Count(string(body), "\n") > s.max {
+		s.refused++
+		return fmt.Errorf("%w: 413", ErrBatchTooLarge)
+	}
+	return s.recorder.Send(ctx, body)
+}
+
+// TestBatchRefusedAsTooLarge: a batch the platform refuses for its size is
+// sent again in halves until it is taken, so the shipper never retries the
+// same batch forever; every record arrives once, in order.
+func TestBatchRefusedAsTooLarge(t *testing.T) {
+	sp, err := spool.Open(t.TempDir(), spool.Options{Sync: meter.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	var want strings.Builder
+	for i := range 40 {
+		r := metertest.Record(fmt.Sprintf("r%03d", i))
+		if err := sp.Append(r); err != nil {
+			t.Fatal(err)
+		}
+		want.Write(append(r.AppendJSON(nil), '\n'))
+	}
+	to := &sizeLimited{max: 3}
+	sh := New(sp, to, Options{Batch: 16})
+	if err := sh.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(to.bodies, ""); got != want.String() {
+		t.Errorf("sent %d bytes, want every record once, in order", len(got))
+	}
+	for i, b := range to.bodies {
+		if n := strings.Count(b, "\n"); n > 3 {
+			t.Errorf("send %d holds %d records", i, n)
+		}
+	}
+	if st := sp.Stats(); st.Pending != 0 || to.refused == 0 {
+		t.Errorf("pending %d, refusals %d", st.Pending, to.refused)
+	}
+	// Halved at each refusal, and never grown back to a count refused:
+	// 16, 8 and 4 are refused once each, then batches of 2 and 3 go.
+	if to.refused != 3 {
+		t.Errorf("%d refusals for %d deliveries", to.refused, len(to.bodies))
+	}
+}
+
+// TestHTTPSenderTooLarge: the platform's 413 is ErrBatchTooLarge; any other
+// refusal is not.
+func TestHTTPSenderTooLarge(t *testing.T) {
+	for _, tt := range []struct {
+		status int
+		large  bool
+	}{{http.StatusRequestEntityTooLarge, true}, {http.StatusBadRequest, false}, {http.StatusServiceUnavailable, false}} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "no", tt.status)
+		}))
+		err := (&HTTPSender{URL: srv.URL, Token: "t"}).Send(context.Background(), []byte("{}\n"))
+		srv.Close()
+		if err == nil || errors.Is(err, ErrBatchTooLarge) != tt.large {
+			t.Errorf("status %d: error %v, want too large %v", tt.status, err, tt.large)
+		}
 	}
 }
