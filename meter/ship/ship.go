@@ -147,7 +147,7 @@ func (s *Shipper) Stats() Stats { return Stats{Sent: s.sent.Load(), SendErrors: 
 func (s *Shipper) Run(ctx context.Context) {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
-		n, err := s.shipOne(ctx)
+		_, full, err := s.shipOne(ctx)
 		wait := s.o.Idle
 		switch {
 		case errors.Is(err, errSmaller):
@@ -157,7 +157,7 @@ func (s *Shipper) Run(ctx context.Context) {
 			wait = backoff
 			s.o.Logger.Warn("usage records not shipped; retrying", "error", err, "retry_in", wait.String(),
 				"pending", s.sp.Stats().Pending)
-		case n >= s.o.Batch:
+		case full:
 			backoff, wait = 0, 0
 		default:
 			backoff = 0
@@ -177,7 +177,7 @@ func (s *Shipper) Run(ctx context.Context) {
 // final attempt at shutdown).
 func (s *Shipper) Flush(ctx context.Context) error {
 	for {
-		n, err := s.shipOne(ctx)
+		n, _, err := s.shipOne(ctx)
 		if errors.Is(err, errSmaller) {
 			continue
 		}
@@ -195,17 +195,19 @@ func (s *Shipper) Flush(ctx context.Context) error {
 var errSmaller = errors.New("batch refused as too large; retrying smaller")
 
 // shipOne sends the oldest batch and acknowledges it; it returns the number
-// of records shipped (0: the spool was empty).
-func (s *Shipper) shipOne(ctx context.Context) (int, error) {
+// of records shipped (0: the spool was empty) and whether the batch was
+// full (more may be waiting).
+func (s *Shipper) shipOne(ctx context.Context) (int, bool, error) {
 	b, err := s.sp.NextReusing(s.last, s.limit)
 	s.last = spool.Batch{}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if b.Len() == 0 {
 		s.last = b
-		return 0, nil
+		return 0, false, nil
 	}
+	full := b.Len() >= s.limit
 	sctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	err = s.to.Send(sctx, b.Lines())
 	cancel()
@@ -216,15 +218,15 @@ func (s *Shipper) shipOne(ctx context.Context) (int, error) {
 			s.limit = max(1, b.Len()/2)
 			s.o.Logger.Warn("usage batch refused as too large; sending fewer records at a time",
 				"records", b.Len(), "next", s.limit, "bytes", len(b.Lines()))
-			return 0, errSmaller
+			return 0, false, errSmaller
 		}
-		return 0, err
+		return 0, false, err
 	}
 	s.limit = min(2*s.limit, s.ceiling)
 	if err := s.sp.Ack(b); err != nil && !errors.Is(err, spool.ErrClosed) {
-		return 0, fmt.Errorf("acknowledging %d shipped records: %w", b.Len(), err)
+		return 0, false, fmt.Errorf("acknowledging %d shipped records: %w", b.Len(), err)
 	}
 	s.sent.Add(uint64(b.Len()))
 	s.last = b
-	return b.Len(), nil
+	return b.Len(), full, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"sluice/meter"
 	"sluice/meter/metertest"
@@ -159,6 +160,33 @@ func TestHTTPSenderTooLarge(t *testing.T) {
 		srv.Close()
 		if err == nil || errors.Is(err, ErrBatchTooLarge) != tt.large {
 			t.Errorf("status %d: error %v, want too large %v", tt.status, err, tt.large)
+		}
+	}
+}
+
+// TestRunAfterRefusalKeepsPace: once batches are smaller than Batch after
+// a refusal, Run still reads the next at once after a full one (full of
+// the smaller count) instead of idling between them.
+func TestRunAfterRefusalKeepsPace(t *testing.T) {
+	sp, err := spool.Open(t.TempDir(), spool.Options{Sync: meter.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	for i := range 40 {
+		if err := sp.Append(metertest.Record(fmt.Sprintf("r%03d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	to := &sizeLimited{max: 3}
+	sh := New(sp, to, Options{Batch: 16, Idle: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sh.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); sp.Stats().Pending > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records still pending: Run idled between smaller full batches", sp.Stats().Pending)
 		}
 	}
 }
