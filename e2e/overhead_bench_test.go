@@ -15,12 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"sluice/deployment/yamlfile"
 	"sluice/internal/app"
 	"sluice/internal/linebuf"
+	"sluice/internal/proctest"
 	"sluice/meter/accesslog"
 	"sluice/mockllm"
 	"sluice/tokencount"
@@ -95,11 +95,12 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 	send := func(b *testing.B, h http.Handler, path string) {
 		b.Helper()
 		b.ReportAllocs()
-		cpu0 := processCPU(b)
+		cpu0, _ := proctest.Usage()
 		for b.Loop() {
 			serveBenchChat(b, h, path)
 		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		cpu1, _ := proctest.Usage()
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 
 	b.Run("bareproxy", func(b *testing.B) {
@@ -208,14 +209,15 @@ func BenchmarkHandlerMetering(b *testing.B) {
 			b.Cleanup(func() { _ = gw.Close() })
 			h := gw.Handler()
 			b.ReportAllocs()
-			cpu0 := processCPU(b)
+			cpu0, _ := proctest.Usage()
 			for b.Loop() {
 				serveBenchChat(b, h, "/openai/v1/chat/completions")
 			}
 			// CPU time of the whole process (every goroutine: the exporter,
 			// the fsync loop, the GC) per request: on a shared machine it
 			// moves far less than ns/op, which counts waiting for a core.
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			cpu1, _ := proctest.Usage()
+			b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -225,15 +227,6 @@ func BenchmarkHandlerMetering(b *testing.B) {
 type discardSender struct{}
 
 func (discardSender) Send(context.Context, []byte) error { return nil }
-
-// processCPU is the process's user and system CPU time so far, in ns.
-func processCPU(b *testing.B) int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
 
 // serveBenchChat serves benchChatBody at path through h and fails unless it
 // answered 200.
@@ -275,9 +268,10 @@ func BenchmarkFullChainOverhead(b *testing.B) {
 	b.Cleanup(func() { _ = gw.Close() })
 	h := gw.Handler()
 	b.ReportAllocs()
-	cpu0 := processCPU(b)
+	cpu0, _ := proctest.Usage()
 	for b.Loop() {
 		serveBenchChatAs(b, h, "/openai/v1/chat/completions", "sk-sluice-bench")
 	}
-	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	cpu1, _ := proctest.Usage()
+	b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
 }

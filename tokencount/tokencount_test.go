@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"sluice/internal/proctest"
 	"sluice/llmapi"
 )
 
@@ -215,10 +216,10 @@ func chatBody(t testing.TB, size int) *llmapi.Request {
 // not count time the benchmark waited for a core on a busy machine. Call as
 // defer reportCPU(b)(). With -cpu 1 the figure is close to one core's time.
 func reportCPU(b *testing.B) func() {
-	start := processCPU()
+	start, _ := proctest.Usage()
 	return func() {
-		if start > 0 && b.N > 0 {
-			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+		if now, _ := proctest.Usage(); start > 0 && b.N > 0 {
+			b.ReportMetric(float64(now-start)/float64(b.N), "cpu-ns/op")
 		}
 	}
 }

@@ -48,19 +48,7 @@ func TestFlush(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sp, err := spool.Open(t.TempDir(), spool.Options{Sync: meter.SyncNone})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { sp.Close() })
-			var want strings.Builder
-			for i := range tt.n {
-				r := metertest.Record(fmt.Sprintf("r%03d", i))
-				if err := sp.Append(r); err != nil {
-					t.Fatal(err)
-				}
-				want.Write(append(r.AppendJSON(nil), '\n'))
-			}
+			sp, want := filled(t, tt.n)
 			to := &recorder{fail: true}
 			sh := New(sp, to, Options{Batch: tt.batch})
 			if err := sh.Flush(context.Background()); tt.n > 0 && err == nil {
@@ -81,14 +69,34 @@ func TestFlush(t *testing.T) {
 					t.Errorf("send %d holds %d records, batch is %d", i, n, tt.batch)
 				}
 			}
-			if got := strings.Join(to.bodies, ""); got != want.String() {
-				t.Errorf("sent %q\nwant %q", got, want.String())
+			if got := strings.Join(to.bodies, ""); got != want {
+				t.Errorf("sent %q\nwant %q", got, want)
 			}
 			if st, s := sp.Stats(), sh.Stats(); st.Pending != 0 || s.Sent != uint64(tt.n) {
 				t.Errorf("spool %+v, shipper %+v: want all sent and acknowledged", st, s)
 			}
 		})
 	}
+}
+
+// filled is a spool holding records r000..r(n-1), and the JSON lines a
+// platform should receive for them.
+func filled(t *testing.T, n int) (*spool.Spool, string) {
+	t.Helper()
+	sp, err := spool.Open(t.TempDir(), spool.Options{Sync: meter.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	var want strings.Builder
+	for i := range n {
+		r := metertest.Record(fmt.Sprintf("r%03d", i))
+		if err := sp.Append(r); err != nil {
+			t.Fatal(err)
+		}
+		want.Write(append(r.AppendJSON(nil), '\n'))
+	}
+	return sp, want.String()
 }
 
 // sizeLimited is a platform that refuses, as too large, a batch of more
@@ -110,25 +118,13 @@ func (s *sizeLimited) Send(ctx context.Context, body []byte) error {
 // sent again in halves until it is taken, so the shipper never retries the
 // same batch forever; every record arrives once, in order.
 func TestBatchRefusedAsTooLarge(t *testing.T) {
-	sp, err := spool.Open(t.TempDir(), spool.Options{Sync: meter.SyncNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sp.Close() })
-	var want strings.Builder
-	for i := range 40 {
-		r := metertest.Record(fmt.Sprintf("r%03d", i))
-		if err := sp.Append(r); err != nil {
-			t.Fatal(err)
-		}
-		want.Write(append(r.AppendJSON(nil), '\n'))
-	}
+	sp, want := filled(t, 40)
 	to := &sizeLimited{max: 3}
 	sh := New(sp, to, Options{Batch: 16})
 	if err := sh.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(to.bodies, ""); got != want.String() {
+	if got := strings.Join(to.bodies, ""); got != want {
 		t.Errorf("sent %d bytes, want every record once, in order", len(got))
 	}
 	for i, b := range to.bodies {
@@ -168,16 +164,7 @@ func TestHTTPSenderTooLarge(t *testing.T) {
 // a refusal, Run still reads the next at once after a full one (full of
 // the smaller count) instead of idling between them.
 func TestRunAfterRefusalKeepsPace(t *testing.T) {
-	sp, err := spool.Open(t.TempDir(), spool.Options{Sync: meter.SyncNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sp.Close() })
-	for i := range 40 {
-		if err := sp.Append(metertest.Record(fmt.Sprintf("r%03d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sp, _ := filled(t, 40)
 	to := &sizeLimited{max: 3}
 	sh := New(sp, to, Options{Batch: 16, Idle: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())

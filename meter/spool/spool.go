@@ -811,13 +811,11 @@ func (s *Spool) trimAckedLocked() []uint64 {
 	return out
 }
 
-// ackWidth is the width of each number of the ack file: the file is always
-// one line of ackLen bytes, so each write covers the whole of the one before
-// (and of a shorter line an earlier version wrote by write-rename).
-const (
-	ackWidth = 20 // digits of the largest uint64
-	ackLen   = 2*ackWidth + 2
-)
+// ackWidth is the width of each number of the ack file, the digits of the
+// largest uint64: the file is always one line of the same 42 bytes, so each
+// write covers the whole of the one before (and of a shorter line an
+// earlier version wrote by write-rename).
+const ackWidth = 20
 
 // writeAck rewrites the ack file with p: one pwrite(2) of a fixed-width line
 // at offset 0, on a handle kept open, so an Ack costs one system call and

@@ -1,28 +1,17 @@
 package spool
 
 import (
-	"syscall"
 	"testing"
 
+	"sluice/internal/proctest"
 	"sluice/meter"
 )
 
-// usage is the process's CPU time (user and system, ns) and minor page
-// faults so far.
-func usage(b *testing.B) (cpu, faults int64) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano(), ru.Minflt
-}
-
 // reportUsage reports the process's CPU time and minor faults per op since
-// usage returned cpu0 and faults0: every goroutine's (the prefaulter's, the
-// syncer's), which ns/op, the wall time, does not show on a machine with
-// a core to spare.
+// proctest.Usage returned cpu0 and faults0 (the syncer's goroutine
+// included).
 func reportUsage(b *testing.B, cpu0, faults0 int64) {
-	cpu, faults := usage(b)
+	cpu, faults := proctest.Usage()
 	b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(faults-faults0)/float64(b.N), "faults/op")
 }
@@ -47,7 +36,7 @@ func BenchmarkAppend(b *testing.B) {
 			r := record(1)
 			b.SetBytes(int64(frameHeaderSize + len(r.AppendJSON(nil))))
 			b.ReportAllocs()
-			cpu0, faults0 := usage(b)
+			cpu0, faults0 := proctest.Usage()
 			for b.Loop() {
 				if err := s.Append(r); err != nil {
 					b.Fatal(err)
@@ -70,7 +59,7 @@ func BenchmarkAppendParallel(b *testing.B) {
 			defer s.Close()
 			b.ReportAllocs()
 			b.SetParallelism(8)
-			cpu0, faults0 := usage(b)
+			cpu0, faults0 := proctest.Usage()
 			b.RunParallel(func(pb *testing.PB) {
 				r := record(1)
 				for pb.Next() {
