@@ -14,6 +14,14 @@
 # each other's ports) and repeats the runs; the result is the geometric mean
 # of the two phases' medians.
 #
+# MODE=closed measures throughput instead: two closed-loop load generators,
+# one per gateway with $CONNS connections each, run at the same time, so
+# both gateways compete for the same cores at the same moments; the figures
+# are each gateway's throughput and CPU time per request, and B's against
+# A's. Where a machine's speed drifts from one run to the next (rounds of
+# one closed loop after the other read 0.57 to 1.25 for the same pair on
+# the machine of docs/benchmarks.md), this ratio does not drift with it.
+#
 # Use it where a closed-loop throughput ratio is lost in a shared machine's
 # noise: two builds of the same deployment (SLUICE_A=old SLUICE_B=new), or
 # one build with and without a feature (EXTRA_B='meter: {sink: none,
@@ -27,15 +35,19 @@
 # deployment's top level; default meter: {sink: platform}], CONFIG
 # [bench/fullchain.yaml], RATE [1000, per gateway], DURATION [15s], WARMUP
 # [2s], RUNS [4: runs in each of the two phases, the second with the
-# gateways started in the other order].
+# gateways started in the other order], MODE [open; closed], CONNS [32,
+# closed mode: connections per gateway].
 set -euo pipefail
 
 RATE=${RATE:-1000}
+MODE=${MODE:-open}
+CONNS=${CONNS:-32}
 DURATION=${DURATION:-15s}
 WARMUP=${WARMUP:-2s}
 RUNS=${RUNS:-4}
 CONFIG=${CONFIG:-bench/fullchain.yaml}
 KEY=sk-sluice-bench
+case "$MODE" in open | closed) ;; *) echo "MODE must be open or closed, not $MODE" >&2; exit 2 ;; esac
 
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -84,39 +96,76 @@ start_gateways() {
 }
 declare -A slot_port=([1]=${gw_port[A]} [2]=${gw_port[B]})
 
-echo "machine: $(nproc) cores; config $CONFIG, $RATE req/s per gateway, 2 x $RUNS runs of $WARMUP + $DURATION"
+if [[ $MODE == open ]]; then
+	echo "machine: $(nproc) cores; config $CONFIG, $RATE req/s per gateway, 2 x $RUNS runs of $WARMUP + $DURATION"
+else
+	echo "machine: $(nproc) cores; config $CONFIG, two closed loops of $CONNS connections at once, 2 x $RUNS runs of $WARMUP + $DURATION"
+fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 tick_us=$((1000000 / $(getconf CLK_TCK)))
+secs=$(( ${WARMUP%s} + ${DURATION%s} ))
 url() { echo "http://127.0.0.1:${gw_port[$1]}/openai/v1/chat/completions"; }
-printf '\n| phase | run | A: CPU us/req | B: CPU us/req | B/A | A: p50 / p99 us | B: p50 / p99 us |\n|---|---|---:|---:|---:|---:|---:|\n'
+# load runs one run's load and writes its RESULT lines to $work/run.txt.
+load() {
+	local first=$1 second=$2
+	if [[ $MODE == open ]]; then
+		"$work/loadgen" -mode open -rate "$RATE" -url "$(url $first)" -label "$first" -url2 "$(url $second)" -label2 "$second" \
+			-H "Authorization: Bearer $KEY" -duration "$DURATION" -warmup "$WARMUP" >"$work/run.txt"
+		return
+	fi
+	local side lp=()
+	for side in "$first" "$second"; do
+		"$work/loadgen" -mode closed -c "$CONNS" -url "$(url $side)" -label "$side" \
+			-H "Authorization: Bearer $KEY" -duration "$DURATION" -warmup "$WARMUP" >"$work/run-$side.txt" &
+		lp+=($!)
+	done
+	wait "${lp[@]}"
+	cat "$work/run-$first.txt" "$work/run-$second.txt" >"$work/run.txt"
+}
+if [[ $MODE == open ]]; then
+	printf '\n| phase | run | A: CPU us/req | B: CPU us/req | B/A | A: p50 / p99 us | B: p50 / p99 us |\n|---|---|---:|---:|---:|---:|---:|\n'
+else
+	printf '\n| phase | run | A: req/s | B: req/s | B/A throughput | A: CPU us/req | B: CPU us/req | B/A CPU | A: p50 / p99 us | B: p50 / p99 us |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+fi
 for phase in 1 2; do
 	# Phase 2 swaps the processes' order and ports, so that what comes with
 	# being the first or the second gateway cancels out.
 	if (( phase == 1 )); then start_gateways A B; else start_gateways B A; fi
 	: >"$work/ratios-$phase"
+	: >"$work/tput-$phase"
 	for run in $(seq 1 "$RUNS"); do
 		first=A second=B
 		(( run % 2 == 0 )) && first=B second=A
 		a0=$(cpu_ticks "${gw_pid[A]}") b0=$(cpu_ticks "${gw_pid[B]}")
-		"$work/loadgen" -mode open -rate "$RATE" -url "$(url $first)" -label "$first" -url2 "$(url $second)" -label2 "$second" \
-			-H "Authorization: Bearer $KEY" -duration "$DURATION" -warmup "$WARMUP" >"$work/run.txt"
+		load "$first" "$second"
 		a1=$(cpu_ticks "${gw_pid[A]}") b1=$(cpu_ticks "${gw_pid[B]}")
-		# The CPU counters span warm-up and measured time, over which the
-		# open loop sent each gateway the same requests: RATE a second.
-		awk -v a="$((a1 - a0))" -v b="$((b1 - b0))" -v tick="$tick_us" -v n="$(( RATE * (${WARMUP%s} + ${DURATION%s}) ))" \
-			-v phase="$phase" -v run="$run" -v ratios="$work/ratios-$phase" '
+		# The CPU counters span warm-up and measured time. The open loop
+		# sent each gateway the same requests, RATE a second; a closed
+		# loop's count over both is taken as its measured rate times both.
+		awk -v a="$((a1 - a0))" -v b="$((b1 - b0))" -v tick="$tick_us" -v secs="$secs" -v rate="$RATE" -v mode="$MODE" \
+			-v phase="$phase" -v run="$run" -v ratios="$work/ratios-$phase" -v tput="$work/tput-$phase" '
 		function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
-		/^RESULT / { l = field("label"); p50[l] = field("p50_us"); p99[l] = field("p99_us") }
+		/^RESULT / { l = field("label"); p50[l] = field("p50_us"); p99[l] = field("p99_us"); rps[l] = field("rps") }
 		END {
-			ca = a * tick / n; cb = b * tick / n
-			printf "| %d | %d | %.1f | %.1f | %.3f | %s / %s | %s / %s |\n", phase, run, ca, cb, cb / ca, p50["A"], p99["A"], p50["B"], p99["B"]
+			if (mode == "open") {
+				ca = a * tick / (rate * secs); cb = b * tick / (rate * secs)
+				printf "| %d | %d | %.1f | %.1f | %.3f | %s / %s | %s / %s |\n", phase, run, ca, cb, cb / ca, p50["A"], p99["A"], p50["B"], p99["B"]
+			} else {
+				ca = a * tick / (rps["A"] * secs); cb = b * tick / (rps["B"] * secs)
+				printf "| %d | %d | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f | %s / %s | %s / %s |\n", phase, run, rps["A"], rps["B"], rps["B"] / rps["A"], ca, cb, cb / ca, p50["A"], p99["A"], p50["B"], p99["B"]
+				printf "%.4f\n", rps["B"] / rps["A"] >>tput
+			}
 			printf "%.4f\n", cb / ca >>ratios
 		}' "$work/run.txt"
 	done
 done
-for phase in 1 2; do
-	sort -n "$work/ratios-$phase" | awk '{v[NR] = $1} END {printf "%.4f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}' >"$work/median-$phase"
-done
-m1=$(cat "$work/median-1") m2=$(cat "$work/median-2")
-awk -v m1="$m1" -v m2="$m2" 'BEGIN { printf "median B/A CPU per request: %.3f with A started first, %.3f with B first; together (geometric mean) %.3f\n", m1, m2, sqrt(m1 * m2) }'
+# median FILE prints the median of a file of numbers, one a line.
+median() { sort -n "$1" | awk '{v[NR] = $1} END {printf "%.4f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+summary() {
+	local m1 m2
+	m1=$(median "$work/$1-1") m2=$(median "$work/$1-2")
+	awk -v m1="$m1" -v m2="$m2" -v what="$2" 'BEGIN { printf "median B/A %s: %.3f with A started first, %.3f with B first; together (geometric mean) %.3f\n", what, m1, m2, sqrt(m1 * m2) }'
+}
+summary ratios "CPU per request"
+[[ $MODE == closed ]] && summary tput throughput
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
