@@ -48,7 +48,7 @@ func activeUsed(s *Spool) int64 {
 // appending continues after the last frame; a torn frame inside the mapping
 // (a copy a kill cut short) is cut, counted, and only its bytes.
 func TestPreallocatedSegmentReopened(t *testing.T) {
-	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+	frame := int64(frameHeaderSize + len(record(0).AppendBinary(nil)))
 	tests := []struct {
 		name     string
 		damage   func(m []byte, used int64) // writes into the mapping after the frames
@@ -59,7 +59,7 @@ func TestPreallocatedSegmentReopened(t *testing.T) {
 		{
 			name: "a frame copied without its last bytes",
 			damage: func(m []byte, used int64) {
-				f := putFrameHeaderCopy(record(50).AppendJSON(make([]byte, frameHeaderSize)))
+				f := putFrameHeaderCopy(record(50).AppendBinary(make([]byte, frameHeaderSize)))
 				copy(m[used:], f[:len(f)-30])
 			},
 			keep: 10, cutBytes: frame - 30,
@@ -67,7 +67,7 @@ func TestPreallocatedSegmentReopened(t *testing.T) {
 		{
 			name: "a frame copied without its length (a copy cut out of order)",
 			damage: func(m []byte, used int64) {
-				f := putFrameHeaderCopy(record(50).AppendJSON(make([]byte, frameHeaderSize)))
+				f := putFrameHeaderCopy(record(50).AppendBinary(make([]byte, frameHeaderSize)))
 				copy(m[used+4:], f[4:])
 			},
 			keep: 10, cutBytes: frame,
@@ -75,7 +75,7 @@ func TestPreallocatedSegmentReopened(t *testing.T) {
 		{
 			name: "a frame with a bad CRC",
 			damage: func(m []byte, used int64) {
-				f := putFrameHeaderCopy(record(50).AppendJSON(make([]byte, frameHeaderSize)))
+				f := putFrameHeaderCopy(record(50).AppendBinary(make([]byte, frameHeaderSize)))
 				f[len(f)-1] ^= 1
 				copy(m[used:], f)
 			},
@@ -130,8 +130,8 @@ func TestPreallocatedFiles(t *testing.T) {
 		opt  Options
 		n    int
 	}{
-		{name: "rotation", opt: Options{Sync: meter.SyncNone, SegmentBytes: 16 << 10}, n: 200},
-		{name: "rotation, sync interval", opt: Options{Sync: meter.SyncInterval, SegmentBytes: 16 << 10}, n: 200},
+		{name: "rotation", opt: Options{Sync: meter.SyncNone, SegmentBytes: 16 << 10}, n: 600},
+		{name: "rotation, sync interval", opt: Options{Sync: meter.SyncInterval, SegmentBytes: 16 << 10}, n: 600},
 		{name: "bound reached", opt: Options{Sync: meter.SyncNone, MaxBytes: 160 << 10, SegmentBytes: 16 << 10}, n: 2000},
 	}
 	for _, tt := range tests {

@@ -76,7 +76,7 @@ func (s *Spool) recover() error {
 			return fmt.Errorf("spool: %w", err)
 		}
 	}
-	if n := len(s.segs); n > 0 && s.segs[n-1].size < s.opt.SegmentBytes {
+	if n := len(s.segs); n > 0 && s.segs[n-1].size < s.opt.SegmentBytes && !s.segs[n-1].json {
 		f, err := os.OpenFile(s.segmentPath(s.segs[n-1].seq), os.O_RDWR, 0)
 		if err != nil {
 			return fmt.Errorf("spool: %w", err)
@@ -158,7 +158,8 @@ func (s *Spool) scanSegment(seq uint64, target int64) (segment, position, error)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return segment{}, position{}, fmt.Errorf("spool: %w", err)
 	}
-	if !bytes.HasPrefix(segmentMagic[:], magic[:n]) {
+	json := bytes.HasPrefix(segmentMagicJSON[:], magic[:n])
+	if !json && !bytes.HasPrefix(segmentMagic[:], magic[:n]) {
 		return segment{}, position{}, fmt.Errorf("spool: %s is not a spool segment (bad header)", path)
 	}
 	if n < segmentHeaderSize {
@@ -171,7 +172,7 @@ func (s *Spool) scanSegment(seq uint64, target int64) (segment, position, error)
 		return segment{}, position{}, nil
 	}
 
-	seg := segment{seq: seq, size: segmentHeaderSize}
+	seg := segment{seq: seq, size: segmentHeaderSize, json: json && n == segmentHeaderSize}
 	boundary := position{seq: seq, off: segmentHeaderSize}
 	r := bufio.NewReaderSize(io.NewSectionReader(f, segmentHeaderSize, size-segmentHeaderSize), defaultBatchReadBuf)
 	var hdr [frameHeaderSize]byte

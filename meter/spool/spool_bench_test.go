@@ -34,7 +34,7 @@ func BenchmarkAppend(b *testing.B) {
 			}
 			defer s.Close()
 			r := record(1)
-			b.SetBytes(int64(frameHeaderSize + len(r.AppendJSON(nil))))
+			b.SetBytes(int64(frameHeaderSize + len(r.AppendBinary(nil))))
 			b.ReportAllocs()
 			cpu0, faults0 := proctest.Usage()
 			for b.Loop() {

@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -121,7 +122,7 @@ func TestRoundTripAcrossRotation(t *testing.T) {
 	}{
 		{name: "sync none, small segments", opt: Options{Sync: meter.SyncNone, SegmentBytes: 4 << 10}, n: 500, batch: 37},
 		{name: "sync interval", opt: Options{Sync: meter.SyncInterval, SyncInterval: time.Millisecond, SegmentBytes: 4 << 10}, n: 500, batch: 100},
-		{name: "sync always", opt: Options{Sync: meter.SyncAlways, SegmentBytes: 4 << 10}, n: 60, batch: 7},
+		{name: "sync always", opt: Options{Sync: meter.SyncAlways, SegmentBytes: 4 << 10}, n: 150, batch: 7},
 		{name: "one batch for everything", opt: Options{Sync: meter.SyncNone, SegmentBytes: 4 << 10}, n: 300, batch: 1000},
 		{name: "default options", opt: Options{}, n: 200, batch: 50},
 	}
@@ -232,7 +233,7 @@ func TestConcurrentAppenders(t *testing.T) {
 // at Open, counted and logged; every whole record before it is kept, and
 // appending continues after it.
 func TestTornTailRepaired(t *testing.T) {
-	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+	frame := int64(frameHeaderSize + len(record(0).AppendBinary(nil)))
 	tests := []struct {
 		name     string
 		damage   func(t *testing.T, path string, size int64)
@@ -414,7 +415,7 @@ func TestAckFileUnreadable(t *testing.T) {
 // and the next Ack's fixed-width line, written in place, replaces it whole.
 func TestAckFileOfEarlierVersion(t *testing.T) {
 	dir := written(t, 10, nil)
-	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+	frame := int64(frameHeaderSize + len(record(0).AppendBinary(nil)))
 	for name, content := range map[string]string{
 		ackFileName:          fmt.Sprintf("1 %d\n", segmentHeaderSize+3*frame),
 		ackFileName + ".tmp": "1 8\n",
@@ -454,7 +455,7 @@ func TestAckFileOfEarlierVersion(t *testing.T) {
 
 func TestAckNotOnBoundary(t *testing.T) {
 	dir := written(t, 10, nil)
-	frame := int64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+	frame := int64(frameHeaderSize + len(record(0).AppendBinary(nil)))
 	ack := fmt.Sprintf("1 %d\n", segmentHeaderSize+4*frame+7)
 	if err := os.WriteFile(filepath.Join(dir, ackFileName), []byte(ack), 0o640); err != nil {
 		t.Fatal(err)
@@ -502,7 +503,7 @@ func TestBoundDropsOldest(t *testing.T) {
 			if st.DroppedRecords+uint64(st.Pending) != n-uint64(tt.ackedAt) {
 				t.Errorf("dropped %d + pending %d != appended %d - acked %d", st.DroppedRecords, st.Pending, n, tt.ackedAt)
 			}
-			frame := uint64(frameHeaderSize + len(record(0).AppendJSON(nil)))
+			frame := uint64(frameHeaderSize + len(record(0).AppendBinary(nil)))
 			if st.DroppedBytes != st.DroppedRecords*frame {
 				t.Errorf("dropped bytes %d, want %d records x %d", st.DroppedBytes, st.DroppedRecords, frame)
 			}
@@ -643,7 +644,7 @@ func TestAppendsShareAWrite(t *testing.T) {
 // segment ends and the bound leave the same segments, drops and counts as
 // the same records appended one at a time.
 func TestBatchedAppendsKeepRotationAndBound(t *testing.T) {
-	const rounds, queued = 40, 24 // 1,000 records, about 470 KB: many drops
+	const rounds, queued = 100, 24 // 2,500 records, about 330 KB: many drops
 	opt := Options{Sync: meter.SyncNone, MaxBytes: 160 << 10, SegmentBytes: 16 << 10}
 	one := openT(t, t.TempDir(), opt)
 	batchedDir := t.TempDir()
@@ -838,5 +839,109 @@ func TestBatchLines(t *testing.T) {
 		if got := ids(t, b); !slices.Equal(got, idRange(0, min(max, 30))) {
 			t.Errorf("Next(%d) records %v", max, got)
 		}
+	}
+}
+
+// jsonSegment writes segment seq of records from..to-1 as an earlier
+// version wrote it: the SLSPOOL1 header and frames of their JSON encoding.
+func jsonSegment(t *testing.T, dir string, seq uint64, from, to int) {
+	t.Helper()
+	data := append([]byte(nil), segmentMagicJSON[:]...)
+	for i := from; i < to; i++ {
+		start := len(data)
+		data = record(i).AppendJSON(append(data, make([]byte, frameHeaderSize)...))
+		putFrameHeader(data[start:])
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%012d%s", seq, segmentSuffix)), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A spool an earlier version wrote (JSON frames, SLSPOOL1) is read as it
+// was, including a segment it was still appending to; new records go to a
+// new segment in the binary encoding, never into an SLSPOOL1 one; Next
+// returns every record as JSON, byte for byte what AppendJSON writes, in
+// order, across both kinds and a restart.
+func TestSegmentsOfEarlierVersion(t *testing.T) {
+	dir := t.TempDir()
+	jsonSegment(t, dir, 1, 0, 30)
+	jsonSegment(t, dir, 2, 30, 45) // the one it was appending to
+	s := openT(t, dir, Options{Sync: meter.SyncNone})
+	if st := s.Stats(); st.Pending != 45 || st.Repairs != 0 {
+		t.Fatalf("stats after Open: %+v", st)
+	}
+	appendN(t, s, 45, 60)
+	files := segmentFiles(t, dir)
+	if len(files) != 3 {
+		t.Fatalf("segments %q: want the two earlier ones and one new", files)
+	}
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := segmentMagicJSON
+		if i == 2 {
+			want = segmentMagic
+		}
+		if !bytes.HasPrefix(b, want[:]) {
+			t.Errorf("%s starts %q, want %q", f, b[:segmentHeaderSize], want)
+		}
+	}
+	b, err := s.Next(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for i := range 60 {
+		want = append(record(i).AppendJSON(want), '\n')
+	}
+	if !bytes.Equal(b.Lines(), want) {
+		t.Fatalf("Next's lines:\n%s\nwant:\n%s", b.Lines(), want)
+	}
+	// Acknowledge the first 40 (into the second earlier segment), then
+	// reopen: the rest, of both kinds, come back.
+	b40, err := s.Next(40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(b40); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openT(t, dir, Options{Sync: meter.SyncNone})
+	appendN(t, s, 60, 65)
+	if got, want := drain(t, s, 7), idRange(40, 65); !slices.Equal(got, want) {
+		t.Fatalf("after reopening: %q, want %q", got, want)
+	}
+	if st := s.Stats(); st.Corrupt != 0 || st.Pending != 0 {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+// A whole frame (its CRC holds) whose payload is not a record is skipped
+// alone, counted as corrupt: the records around it are delivered.
+func TestUndecodableFrameSkipped(t *testing.T) {
+	dir := t.TempDir()
+	data := append([]byte(nil), segmentMagic[:]...)
+	for i := range 5 {
+		start := len(data)
+		data = append(data, make([]byte, frameHeaderSize)...)
+		if i == 2 {
+			data = append(data, "not a record"...)
+		} else {
+			data = record(i).AppendBinary(data)
+		}
+		putFrameHeader(data[start:])
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%012d%s", 1, segmentSuffix)), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s := openT(t, dir, Options{Sync: meter.SyncNone})
+	if got, want := drain(t, s, 100), []string{record(0).ID, record(1).ID, record(3).ID, record(4).ID}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	if st := s.Stats(); st.Corrupt != 1 || st.Pending != 0 {
+		t.Errorf("stats: %+v, want 1 corrupt and nothing pending", st)
 	}
 }
