@@ -6,7 +6,10 @@
 # log on at info in the text format, to a file), one with
 # `meter: {sink: none, accessLog: off}`. Closed-loop runs alternate between
 # them, $ROUNDS times, so both see the same moments of contention on a
-# shared machine; the table shows every run and the median ratio.
+# shared machine; the table shows every run and the median ratio. Where
+# the machine's speed drifts between rounds, `MODE=closed
+# bench/gateway-ab.sh` (both gateways loaded at the same time) gives the
+# steadier figure.
 #
 # Environment (defaults in brackets): DURATION [10s], WARMUP [2s], CONNS [64],
 # ROUNDS [3], CONFIG [bench/fullchain.yaml], SINK [jsonl; none: the access log

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +26,10 @@ type Syncer struct {
 	dirty   bool
 	retired []*os.File
 	dirs    []string
+	// marked is active while dirty (nil otherwise), for Wrote to read
+	// without the lock: a file written by every request is recorded once
+	// a round, not once a write.
+	marked atomic.Pointer[os.File]
 
 	stop chan struct{}
 	done chan struct{}
@@ -38,9 +43,18 @@ func Start(interval time.Duration, onErr func(error)) *Syncer {
 }
 
 // Wrote records that f, the file being written, has unsynced data.
+//
+// When f is recorded already it only reads an atomic. A write whose Wrote
+// returns so while a round is taking f may miss that round's fsync (the
+// round may not see it yet); it is fsynced by the round after the next
+// Wrote, or when the file is retired or closed.
 func (s *Syncer) Wrote(f *os.File) {
+	if s.marked.Load() == f {
+		return
+	}
 	s.mu.Lock()
 	s.active, s.dirty = f, true
+	s.marked.Store(f)
 	s.mu.Unlock()
 }
 
@@ -56,6 +70,7 @@ func (s *Syncer) Retire(f *os.File) error {
 	s.mu.Lock()
 	if s.active == f {
 		s.active, s.dirty = nil, false
+		s.marked.Store(nil)
 	}
 	s.retired = append(s.retired, f)
 	s.mu.Unlock()
@@ -99,6 +114,7 @@ func (s *Syncer) round() {
 	var active *os.File
 	if s.dirty {
 		active, s.dirty = s.active, false
+		s.marked.Store(nil)
 	}
 	retired, dirs := s.retired, s.dirs
 	s.retired, s.dirs = nil, nil

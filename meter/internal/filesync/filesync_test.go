@@ -52,3 +52,35 @@ func TestSyncer(t *testing.T) {
 	}
 	active.Close()
 }
+
+// After a round has taken the file, the next Wrote records it again: each
+// round that follows a Wrote fsyncs it once, however many Wrote calls came
+// between (the file here fails its fsync, so each fsync is counted).
+func TestWroteAfterRound(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var fsyncs atomic.Int32
+	s := Start(time.Millisecond, func(error) { fsyncs.Add(1) })
+	defer s.Stop()
+	wait := func(n int32) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); fsyncs.Load() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d fsyncs after 10 s, want %d", fsyncs.Load(), n)
+			}
+		}
+	}
+	for i := range int32(3) {
+		for range 100 {
+			s.Wrote(f)
+		}
+		wait(i + 1)
+	}
+	time.Sleep(20 * time.Millisecond) // rounds with nothing written fsync nothing
+	if n := fsyncs.Load(); n != 3 {
+		t.Errorf("%d fsyncs, want 3", n)
+	}
+}
