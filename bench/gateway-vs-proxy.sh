@@ -10,6 +10,10 @@
 #   paired: proxy and gateway in one open-loop run, requests alternating, each
 #           at $RATE req/s: both see the same moments of CPU contention, so
 #           the added latency is read from this run
+#   together: proxy and gateway at the same time, one closed loop of
+#           $CONNS/2 connections each: their throughput ratio (and each
+#           one's CPU time per request) in the same seconds, where a drifting
+#           machine moves the closed loops above between runs
 # With ROUNDS > 1 the table shows the median of the rounds for every figure.
 #
 # Environment (defaults in brackets): DURATION [20s], WARMUP [3s], CONNS [64],
@@ -106,7 +110,11 @@ mock_port=$(free_port)
 gw_port=$(free_port)
 proxy_port=$(free_port)
 
-"$work/sluice" mock-llm --listen "127.0.0.1:$mock_port" >"$work/mock.log" 2>&1 &
+# The mock runs from a copy of its own: a gateway run from the mock's file
+# would share its code pages (and the caches' lines of them), an advantage
+# the proxy does not have.
+cp "$work/sluice" "$work/sluice-mock"
+"$work/sluice-mock" mock-llm --listen "127.0.0.1:$mock_port" >"$work/mock.log" 2>&1 &
 pids+=($!)
 "$work/loadgen" -wait "http://127.0.0.1:$mock_port/healthz"
 
@@ -120,9 +128,11 @@ else
 		"$work/sluice" gateway --config "$CONFIG" --listen "127.0.0.1:$gw_port" >"$work/gateway.log" 2>&1 &
 fi
 pids+=($!)
+gw_pid=$!
 "$work/bareproxy" -listen "127.0.0.1:$proxy_port" -upstream "http://127.0.0.1:$mock_port" \
 	-strip-prefix /openai >"$work/bareproxy.log" 2>&1 &
 pids+=($!)
+proxy_pid=$!
 "$work/loadgen" -wait "http://127.0.0.1:$gw_port/readyz" || {
 	cat "$work/gateway.log" >&2
 	exit 1
@@ -156,6 +166,8 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); niceness $(nice)"
 echo "note: the load generator, the proxy under test and the mock share these cores"
 : >"$work/results.txt"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+together_pids=()
 for round in $(seq 1 "$ROUNDS"); do
 	for mode in closed open; do
 		for t in "${targets[@]}"; do
@@ -190,6 +202,26 @@ for round in $(seq 1 "$ROUNDS"); do
 		-H "Authorization: Bearer $KEY" -mode open -rate "$RATE" -duration "$DURATION" -warmup "$WARMUP" |
 		tee "$work/last.txt"
 	grep '^RESULT ' "$work/last.txt" | sed -e "s/^RESULT /RESULT round=$round /" -e 's/ mode=open / mode=paired /' >>"$work/results.txt"
+	echo
+	echo "== round $round: proxy and gateway together, a closed loop of $((CONNS / 2)) connections each"
+	g0=$(cpu_ticks "$gw_pid") p0=$(cpu_ticks "$proxy_pid")
+	for t in proxy gateway; do
+		"$work/loadgen" -url "${url[$t]}" -H "Authorization: Bearer $KEY" -mode closed -c $((CONNS / 2)) \
+			-duration "$DURATION" -warmup "$WARMUP" -label "$t" >"$work/together-$t.txt" &
+		together_pids+=($!)
+	done
+	wait "${together_pids[@]}"
+	together_pids=()
+	g1=$(cpu_ticks "$gw_pid") p1=$(cpu_ticks "$proxy_pid")
+	cat "$work/together-proxy.txt" "$work/together-gateway.txt" | grep '^RESULT ' | tee "$work/last.txt" |
+		sed -e "s/^RESULT /RESULT round=$round /" -e 's/ mode=closed / mode=together /' >>"$work/results.txt"
+	# CPU time per request over warm-up and measured time, the count taken
+	# as the measured rate times both.
+	awk -v g="$((g1 - g0))" -v p="$((p1 - p0))" -v tick="$((1000000 / $(getconf CLK_TCK)))" -v secs="$(( ${WARMUP%s} + ${DURATION%s} ))" -v round="$round" '
+	function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
+	/^RESULT / { rps[field("label")] = field("rps") }
+	END { printf "CPU round=%d gateway_us=%.1f proxy_us=%.1f\n", round, g * tick / (rps["gateway"] * secs), p * tick / (rps["proxy"] * secs) }' "$work/last.txt" |
+		tee -a "$work/results.txt"
 done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -210,6 +242,8 @@ function median(key,   n, i, j, t, a) {
 }
 function add(key, v) { cnt[key]++; vals[key, cnt[key]] = v + 0 }
 function cell(key,   v) { v = median(key); return v < 0 ? "-" : sprintf("%.0f", v) }
+/^CPU / { add("cpu" SUBSEP "gateway", field("gateway_us")); add("cpu" SUBSEP "proxy", field("proxy_us")); add("cpu" SUBSEP "ratio", field("proxy_us") / field("gateway_us")); next }
+/^RESULT / && field("mode") == "together" { tr[field("round"), field("label")] = field("rps") }
 /^RESULT / {
 	t = field("label"); m = field("mode"); seen[t] = 1
 	add(t SUBSEP m SUBSEP "rps", field("rps"))
@@ -218,6 +252,7 @@ function cell(key,   v) { v = median(key); return v < 0 ? "-" : sprintf("%.0f", 
 	errs[t] += field("errors")
 }
 END {
+	for (r = 1; r <= rounds; r++) if (tr[r, "proxy"] > 0) add("together" SUBSEP "ratio", tr[r, "gateway"] / tr[r, "proxy"])
 	printf "\nResults (median of %d round(s)); latencies in microseconds\n\n", rounds
 	printf "| target | closed loop, %d conns: req/s | p50 | p99 | open loop, %d req/s: p50 | p99 | paired, %d req/s each: p50 | p99 | errors (all runs) |\n", conns, rate, rate
 	printf "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
@@ -234,6 +269,10 @@ END {
 	added50 = median("gateway" SUBSEP "paired" SUBSEP "p50") - median("proxy" SUBSEP "paired" SUBSEP "p50")
 	sep = median("gateway" SUBSEP "open" SUBSEP "p99") - median("proxy" SUBSEP "open" SUBSEP "p99")
 	printf "\nthroughput ratio gateway/proxy (closed loop): %.2f (target >= 0.80): %s\n", ratio, (ratio >= 0.8 ? "met" : "MISSED")
+	if (cnt["gateway" SUBSEP "together" SUBSEP "rps"] > 0) {
+		printf "throughput ratio gateway/proxy (both loaded at once, median of the rounds'"'"' ratios): %.3f\n", median("together" SUBSEP "ratio")
+		printf "CPU per request, both loaded at once (medians): gateway %.1f us, proxy %.1f us, proxy/gateway %.3f\n", median("cpu" SUBSEP "gateway"), median("cpu" SUBSEP "proxy"), median("cpu" SUBSEP "ratio")
+	}
 	printf "added p99 at %d req/s (paired run): %.0f us (target < 1000 us): %s\n", rate, added, (added < 1000 ? "met" : "MISSED")
 	printf "added p50 at %d req/s (paired run): %.0f us\n", rate, added50
 	printf "added p99 at %d req/s (separate runs, noisier): %.0f us\n", rate, sep
