@@ -50,6 +50,7 @@ export SLUICE_BENCH_REDIS_URL=${SLUICE_BENCH_REDIS_URL:-redis://127.0.0.1:6379/0
 KEY=sk-sluice-bench # its hash is in every bench/*.yaml
 
 cd "$(dirname "$0")/.."
+. bench/lib.sh # cpu_ticks (this script keeps its own work directory and cleanup, for KEEP)
 work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench.XXXXXX")
 pids=()
 
@@ -166,7 +167,6 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); niceness $(nice)"
 echo "note: the load generator, the proxy under test and the mock share these cores"
 : >"$work/results.txt"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 together_pids=()
 for round in $(seq 1 "$ROUNDS"); do
 	for mode in closed open; do

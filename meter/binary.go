@@ -118,26 +118,17 @@ func appendBinString(dst []byte, s string) []byte {
 	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
 }
 
-// DecodeBinary parses one record's binary encoding (AppendBinary). It
-// refuses a truncated encoding or bytes after it, unknown fields, a missing
-// or empty ID, a missing Time or Resolution, and unknown Resolution or
-// UsageSource values, as Decode refuses their JSON counterparts. The
-// record's strings are its own.
-func DecodeBinary(data []byte) (Record, error) {
-	var r Record
-	err := decodeBinary(data, &r, func(b []byte) string { return string(b) })
-	return r, err
-}
-
 // AppendJSONFromBinary appends the JSON encoding (AppendJSON) of the record
 // whose binary encoding is bin to dst, allocating nothing beyond growing
-// dst. It fails as DecodeBinary does, leaving dst as it was.
+// dst. It refuses, leaving dst as it was, a truncated encoding or bytes
+// after it, unknown fields, a missing or empty ID, a missing Time or
+// Resolution, and unknown Resolution or UsageSource values, as Decode
+// refuses their JSON counterparts.
 func AppendJSONFromBinary(dst, bin []byte) ([]byte, error) {
 	var r Record
-	// The record's strings point into bin: the record is encoded and
-	// dropped before this function returns, and bin is not modified
-	// meanwhile.
-	if err := decodeBinary(bin, &r, func(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }); err != nil {
+	// The record is encoded and dropped before this function returns, and
+	// bin is not modified meanwhile: its strings may point into bin.
+	if err := decodeBinary(bin, &r); err != nil {
 		return dst, err
 	}
 	return r.AppendJSON(dst), nil
@@ -145,11 +136,14 @@ func AppendJSONFromBinary(dst, bin []byte) ([]byte, error) {
 
 var errBinaryShort = errors.New("meter: binary record: truncated")
 
-func decodeBinary(data []byte, r *Record, str func([]byte) string) error {
+// decodeBinary parses data, AppendBinary's encoding, into r. r's strings
+// point into data: they are valid while data is, and data must not be
+// modified meanwhile.
+func decodeBinary(data []byte, r *Record) error {
 	if len(data) < 4 {
 		return errBinaryShort
 	}
-	d := binDecoder{data: data[4:], present: binary.LittleEndian.Uint32(data), str: str}
+	d := binDecoder{data: data[4:], present: binary.LittleEndian.Uint32(data)}
 	if unknown := d.present &^ (1<<numBinFields - 1); unknown != 0 {
 		return fmt.Errorf("meter: binary record: unknown fields %#x", unknown)
 	}
@@ -206,7 +200,6 @@ func decodeBinary(data []byte, r *Record, str func([]byte) string) error {
 type binDecoder struct {
 	data    []byte
 	present uint32
-	str     func([]byte) string
 	err     error
 }
 
@@ -232,7 +225,8 @@ func (d *binDecoder) string(bit int) string {
 		d.err = errBinaryShort
 		return ""
 	}
-	s := d.str(d.data[n : n+int(l)])
+	b := d.data[n : n+int(l)]
+	s := unsafe.String(unsafe.SliceData(b), len(b))
 	d.data = d.data[n+int(l):]
 	return s
 }

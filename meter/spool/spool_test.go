@@ -842,19 +842,29 @@ func TestBatchLines(t *testing.T) {
 	}
 }
 
+// writeSegment writes segment seq with magic and a frame of each payload.
+func writeSegment(t *testing.T, dir string, seq uint64, magic [segmentHeaderSize]byte, payloads ...[]byte) {
+	t.Helper()
+	data := append([]byte(nil), magic[:]...)
+	for _, p := range payloads {
+		start := len(data)
+		data = append(append(data, make([]byte, frameHeaderSize)...), p...)
+		putFrameHeader(data[start:])
+	}
+	if err := os.WriteFile(filepath.Join(dir, segmentName(seq)), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // jsonSegment writes segment seq of records from..to-1 as an earlier
 // version wrote it: the SLSPOOL1 header and frames of their JSON encoding.
 func jsonSegment(t *testing.T, dir string, seq uint64, from, to int) {
 	t.Helper()
-	data := append([]byte(nil), segmentMagicJSON[:]...)
+	var payloads [][]byte
 	for i := from; i < to; i++ {
-		start := len(data)
-		data = record(i).AppendJSON(append(data, make([]byte, frameHeaderSize)...))
-		putFrameHeader(data[start:])
+		payloads = append(payloads, record(i).AppendJSON(nil))
 	}
-	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%012d%s", seq, segmentSuffix)), data, 0o640); err != nil {
-		t.Fatal(err)
-	}
+	writeSegment(t, dir, seq, segmentMagicJSON, payloads...)
 }
 
 // A spool an earlier version wrote (JSON frames, SLSPOOL1) is read as it
@@ -923,20 +933,15 @@ func TestSegmentsOfEarlierVersion(t *testing.T) {
 // alone, counted as corrupt: the records around it are delivered.
 func TestUndecodableFrameSkipped(t *testing.T) {
 	dir := t.TempDir()
-	data := append([]byte(nil), segmentMagic[:]...)
+	var payloads [][]byte
 	for i := range 5 {
-		start := len(data)
-		data = append(data, make([]byte, frameHeaderSize)...)
+		p := record(i).AppendBinary(nil)
 		if i == 2 {
-			data = append(data, "not a record"...)
-		} else {
-			data = record(i).AppendBinary(data)
+			p = []byte("not a record")
 		}
-		putFrameHeader(data[start:])
+		payloads = append(payloads, p)
 	}
-	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%012d%s", 1, segmentSuffix)), data, 0o640); err != nil {
-		t.Fatal(err)
-	}
+	writeSegment(t, dir, 1, segmentMagic, payloads...)
 	s := openT(t, dir, Options{Sync: meter.SyncNone})
 	if got, want := drain(t, s, 100), []string{record(0).ID, record(1).ID, record(3).ID, record(4).ID}; !slices.Equal(got, want) {
 		t.Fatalf("delivered %q, want %q", got, want)
