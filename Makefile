@@ -83,7 +83,7 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 generate:
-	$(GO) generate ./policydefs/... ./platform/api/...
+	$(GO) generate ./policydefs/... ./platform/api/... ./tokencount/...
 	cd webui && npm run --silent generate
 
 clean:

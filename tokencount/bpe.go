@@ -1,17 +1,9 @@
 package tokencount
 
-import (
-	"math"
-
-	"github.com/tiktoken-go/tokenizer"
-)
+import "math"
 
 // noRank marks a pair that is not a token.
 const noRank = math.MaxUint32
-
-// maxTokenID bounds the token ids read from a library codec: both o200k_base
-// (about 200k tokens) and cl100k_base (about 100k) stay below it.
-const maxTokenID = 1 << 18
 
 // rankTable maps each token's bytes to its rank (its id; lower ranks merge
 // first). It is an open-addressing hash table with linear probing over one string
@@ -29,24 +21,9 @@ type rankSlot struct {
 	rank     uint32
 }
 
-// loadRanks reads the rank table out of a library codec through Decode (the
-// library exposes no other view of it): one id at a time, ids it does not know
-// skipped.
-func loadRanks(codec tokenizer.Codec) *rankTable {
-	var (
-		blob  []byte
-		slots []rankSlot // filled with off and len; placed below
-		ids   = make([]uint, 1)
-	)
-	for id := range maxTokenID {
-		ids[0] = uint(id)
-		s, err := codec.Decode(ids)
-		if err != nil || s == "" {
-			continue
-		}
-		slots = append(slots, rankSlot{uint32(len(blob)), uint32(len(s)), uint32(id)})
-		blob = append(blob, s...)
-	}
+// newRankTable places tokens (their bytes in blob, listed by slots in
+// increasing rank) in a table. Of two equal tokens the lower rank is kept.
+func newRankTable(blob []byte, slots []rankSlot) *rankTable {
 	bits := uint(1)
 	for 1<<bits < 2*len(slots) {
 		bits++
@@ -57,7 +34,7 @@ func loadRanks(codec tokenizer.Codec) *rankTable {
 		i := t.home(tok)
 		for t.slots[i].len != 0 {
 			if t.tokens[t.slots[i].off:t.slots[i].off+t.slots[i].len] == tok {
-				break // a duplicate: keep the lower rank, read first
+				break // a duplicate: keep the lower rank, placed first
 			}
 			i = (i + 1) & (len(t.slots) - 1)
 		}
@@ -68,7 +45,6 @@ func loadRanks(codec tokenizer.Codec) *rankTable {
 	return t
 }
 
-// home returns the first slot probed for s.
 func (t *rankTable) home(s string) int {
 	const k = 0x9E3779B97F4A7C15
 	h := uint64(len(s)) * k

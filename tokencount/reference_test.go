@@ -1,7 +1,13 @@
 package tokencount
 
 import (
+	"bytes"
+	"compress/gzip"
+	"flag"
+	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +16,12 @@ import (
 
 	"github.com/tiktoken-go/tokenizer"
 )
+
+var update = flag.Bool("update", false, "rewrite ranks/*.gz from the library's vocabularies")
+
+// maxTokenID bounds the token ids read from a library codec: both o200k_base
+// (about 200k tokens) and cl100k_base (about 100k) stay below it.
+const maxTokenID = 1 << 18
 
 // reference counts with the library's own Codec.Count (regex pre-tokenizer and
 // BPE), the behaviour Counter must reproduce exactly.
@@ -24,7 +36,7 @@ func libraryCount(t testing.TB, id encodingID, text string) int {
 	t.Helper()
 	libraryCodecs.once.Do(func() {
 		for i := range numEncodings {
-			libraryCodecs.codecs[i], _ = tokenizer.Get(encodingNames[i])
+			libraryCodecs.codecs[i], _ = tokenizer.Get(tokenizer.Encoding(encodingNames[i]))
 		}
 	})
 	n, err := libraryCodecs.codecs[id].Count(text)
@@ -223,6 +235,63 @@ func TestRankTableMatchesLibraryIDs(t *testing.T) {
 		}
 		if ranks.rank("") != noRank || ranks.rank("\xff\xfe definitely not one token") != noRank {
 			t.Errorf("%s: a non-token has a rank", encodingNames[id])
+		}
+	}
+}
+
+// libraryRankStream is the uncompressed stream of a rank file, read out of a
+// library codec through Decode (the library exposes no other view of its
+// vocabulary): one id at a time, ids it does not know skipped.
+func libraryRankStream(codec tokenizer.Codec) []byte {
+	var out []byte
+	next := uint32(0)
+	ids := make([]uint, 1)
+	for id := range uint32(maxTokenID) {
+		ids[0] = uint(id)
+		s, err := codec.Decode(ids)
+		if err != nil || s == "" {
+			continue
+		}
+		out = appendRankRecord(out, id-next, s)
+		next = id + 1
+	}
+	return out
+}
+
+// TestRankFilesMatchLibrary checks that the embedded rank files hold the
+// library's vocabularies; with -update it writes them (`go generate`).
+func TestRankFilesMatchLibrary(t *testing.T) {
+	libraryCount(t, o200k, "x") // loads the library codecs
+	for id := range numEncodings {
+		want := libraryRankStream(libraryCodecs.codecs[id])
+		path := filepath.Join("ranks", encodingNames[id]+".gz")
+		if *update {
+			var z bytes.Buffer
+			w, err := gzip.NewWriterLevel(&z, gzip.BestCompression)
+			if err == nil {
+				_, err = w.Write(want)
+			}
+			if err == nil {
+				err = w.Close()
+			}
+			if err == nil {
+				err = os.WriteFile(path, z.Bytes(), 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(rankFiles[id]))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		got, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the library's vocabulary (%d bytes against %d): run go generate ./tokencount", path, len(got), len(want))
 		}
 	}
 }

@@ -8,9 +8,11 @@
 // Counts equal github.com/tiktoken-go/tokenizer's Codec.Count exactly (the
 // gateway and the mock upstream rely on agreeing), but are computed here: a
 // hand-written pre-tokenizer replaces the library's regex (split.go), byte-pair
-// merging runs over the library's rank table read through its Decode (bpe.go), and
-// a bounded per-Counter cache remembers the counts of multi-token pieces
-// (cache.go). Tests compare with the library on a corpus and under fuzzing.
+// merging runs over the library's rank tables, embedded as rank files written
+// from it (ranks.go, bpe.go), and a bounded per-Counter cache remembers the
+// counts of multi-token pieces (cache.go). The library itself is only a test
+// dependency: tests compare with it on a corpus and under fuzzing, and check
+// that the rank files still hold its vocabularies.
 //
 // Texts whose total size exceeds SampleThreshold are counted exactly on a bounded
 // sample (SampleWindows windows of SampleWindowBytes spread evenly over the text)
@@ -22,8 +24,6 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
-
-	"github.com/tiktoken-go/tokenizer"
 
 	"sluice/llmapi"
 )
@@ -48,7 +48,8 @@ const (
 	numEncodings
 )
 
-var encodingNames = [numEncodings]tokenizer.Encoding{o200k: tokenizer.O200kBase, cl100k: tokenizer.Cl100kBase}
+// encodingNames are tiktoken's names of the encodings (and of their rank files).
+var encodingNames = [numEncodings]string{o200k: "o200k_base", cl100k: "cl100k_base"}
 
 // encoding counts tokens of one encoding: its own pre-tokenizer (split.go), the
 // rank table read out of the library's vocabulary, and a cache of piece counts.
@@ -77,7 +78,7 @@ type Counter struct {
 // New returns a Counter.
 func New() *Counter { return &Counter{} }
 
-// Warm loads every encoding now (about 130 ms in all), so that the first
+// Warm loads every encoding now (about 65 ms in all), so that the first
 // requests a server counts do not wait for it.
 func (c *Counter) Warm() {
 	for id := range numEncodings {
@@ -90,10 +91,10 @@ var splitters = [numEncodings]func(*classTable, string, int) int{
 	cl100k: (*classTable).splitCl100k,
 }
 
-// Tables derived from the library's vocabularies and the unicode tables, built on
-// first use and shared by every Counter in the process: they are read-only once
-// built, like the library's own vocabularies, and too costly to build and hold per
-// Counter (a rank table takes a few hundred milliseconds and 4-8 MiB).
+// Tables derived from the rank files and the unicode tables, built on first use
+// and shared by every Counter in the process: they are read-only once built, and
+// too costly to build and hold per Counter (a rank table takes tens of
+// milliseconds and 4-8 MiB).
 var (
 	sharedClasses = sync.OnceValue(newClassTable)
 	sharedRanks   = [numEncodings]func() *rankTable{
@@ -103,9 +104,13 @@ var (
 )
 
 func loadEncodingRanks(id encodingID) *rankTable {
-	// Get only fails for an unknown encoding name; both names are constants.
-	codec, _ := tokenizer.Get(encodingNames[id])
-	return loadRanks(codec)
+	t, err := decodeRanks(rankFiles[id])
+	if err != nil {
+		// The files are embedded and checked by TestRankFilesMatchLibrary:
+		// only a broken build gets here.
+		panic("tokencount: rank file " + encodingNames[id] + ": " + err.Error())
+	}
+	return t
 }
 
 func (c *Counter) encoding(id encodingID) *encoding {

@@ -1,6 +1,9 @@
 package tokencount
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -360,6 +363,38 @@ func TestFitsBySize(t *testing.T) {
 			if k := c.Count(model, tc.text); int64(k) > tc.n {
 				t.Errorf("%s counts %.20q as %d tokens, more than %d", model, tc.text, k, tc.n)
 			}
+		}
+	}
+}
+
+func TestDecodeRanksRefuses(t *testing.T) {
+	gz := func(raw []byte) []byte {
+		var z bytes.Buffer
+		w := gzip.NewWriter(&z)
+		_, _ = w.Write(raw)
+		_ = w.Close()
+		return z.Bytes()
+	}
+	ok := appendRankRecord(appendRankRecord(nil, 0, "a"), 4, "bc")
+	if tbl, err := decodeRanks(gz(ok)); err != nil || tbl.rank("a") != 0 || tbl.rank("bc") != 5 || tbl.rank("b") != noRank {
+		t.Fatalf("decodeRanks(a@0, bc@5) = %v; ranks a %d, bc %d", err, tbl.rank("a"), tbl.rank("bc"))
+	}
+	for _, tc := range []struct {
+		name string
+		file []byte
+	}{
+		{"not gzip", []byte("a\x00")},
+		{"no token", gz(nil)},
+		{"gap cut short", gz([]byte{0x80})},
+		{"length missing", gz([]byte{0})},
+		{"zero length", gz([]byte{0, 0})},
+		{"length past the end", gz([]byte{0, 3, 'a'})},
+		{"length over the bound", gz(binary.AppendUvarint([]byte{0}, maxTokenLen+1))},
+		{"rank out of range", gz(appendRankRecord(nil, noRank, "a"))},
+		{"truncated stream", gz(ok)[:20]},
+	} {
+		if _, err := decodeRanks(tc.file); err == nil {
+			t.Errorf("%s: decoded", tc.name)
 		}
 	}
 }
