@@ -60,6 +60,7 @@ type encoding struct {
 	classes *classTable
 	ranks   *rankTable
 	cache   *pieceCache
+	texts   *textCache // prompt texts only (see Counter.countTexts); nil: none
 }
 
 // lazyEncoding loads one encoding on first use.
@@ -116,7 +117,7 @@ func loadEncodingRanks(id encodingID) *rankTable {
 func (c *Counter) encoding(id encodingID) *encoding {
 	l := &c.encodings[id]
 	l.once.Do(func() {
-		l.enc = &encoding{split: splitters[id], classes: sharedClasses(), ranks: sharedRanks[id](), cache: newPieceCache()}
+		l.enc = &encoding{split: splitters[id], classes: sharedClasses(), ranks: sharedRanks[id](), cache: newPieceCache(), texts: newTextCache(textCacheSlots)}
 	})
 	return l.enc
 }
@@ -195,7 +196,7 @@ func EncodingName(model string) string { return string(encodingNames[encodingFor
 // Count returns the number of tokens of text under model's encoding (sampled and
 // extrapolated above SampleThreshold).
 func (c *Counter) Count(model, text string) int {
-	return int(c.countTexts(encodingFor(model), []string{text}))
+	return int(c.countTexts(encodingFor(model), []string{text}, false))
 }
 
 // FitsBySize reports that text counts at most n tokens under every
@@ -243,17 +244,25 @@ func (c *Counter) Prefix(model, text string, n int) (string, int) {
 	}
 }
 
-func (c *Counter) exact(id encodingID, text string) int64 {
+// exact counts text exactly; with remember, through the encoding's text cache
+// (the same count, remembered for the next time the text comes).
+func (c *Counter) exact(id encodingID, text string, remember bool) int64 {
 	if text == "" {
 		return 0
 	}
-	return int64(c.encoding(id).count(text))
+	e := c.encoding(id)
+	if remember && e.texts != nil && len(text) >= minCachedText {
+		return int64(e.texts.tokens(text, e.count))
+	}
+	return int64(e.count(text))
 }
 
 // countTexts counts the sum of texts' tokens: exactly when their total size is at
 // most SampleThreshold, else on SampleWindows windows spread evenly over their
-// concatenation, scaled by total bytes / sampled bytes.
-func (c *Counter) countTexts(id encodingID, texts []string) int64 {
+// concatenation, scaled by total bytes / sampled bytes. remember is for prompt
+// texts, which clients send again; answers (Count, Prefix's search) are not
+// remembered, so they do not evict prompts.
+func (c *Counter) countTexts(id encodingID, texts []string, remember bool) int64 {
 	var total int
 	for _, t := range texts {
 		total += len(t)
@@ -261,16 +270,16 @@ func (c *Counter) countTexts(id encodingID, texts []string) int64 {
 	if total <= SampleThreshold {
 		var n int64
 		for _, t := range texts {
-			n += c.exact(id, t)
+			n += c.exact(id, t, remember)
 		}
 		return n
 	}
-	return c.countSampled(id, texts, total, SampleWindows, SampleWindowBytes)
+	return c.countSampled(id, texts, total, SampleWindows, SampleWindowBytes, remember)
 }
 
 // countSampled counts windows windows of about size bytes each, spread evenly over
 // the concatenation of texts (total bytes), and extrapolates by bytes.
-func (c *Counter) countSampled(id encodingID, texts []string, total, windows, size int) int64 {
+func (c *Counter) countSampled(id encodingID, texts []string, total, windows, size int, remember bool) int64 {
 	stride := total / windows
 	var sampledBytes, sampledTokens int64
 	ti, base := 0, 0 // texts[ti] starts at offset base of the concatenation
@@ -288,7 +297,7 @@ func (c *Counter) countSampled(id encodingID, texts []string, total, windows, si
 			continue
 		}
 		sampledBytes += int64(len(win))
-		sampledTokens += c.exact(id, win)
+		sampledTokens += c.exact(id, win, remember)
 	}
 	if sampledBytes == 0 {
 		return int64(total+3) / 4
@@ -334,5 +343,5 @@ func (c *Counter) EstimatePrompt(req *llmapi.Request) int64 {
 	var texts [16]string // most prompts have fewer texts: no allocation
 	e := estimator{texts: texts[:0]}
 	e.collect(req)
-	return e.fixed + c.countTexts(encodingFor(req.Model), e.texts)
+	return e.fixed + c.countTexts(encodingFor(req.Model), e.texts, true)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"os"
 	"os/exec"
@@ -162,8 +163,8 @@ func TestSampledModeError(t *testing.T) {
 	cjk := strings.Repeat("大規模言語モデルのゲートウェイはトークンを数える。", 12000)
 	for name, text := range map[string]string{"go source 1MB": corpus(t, 1<<20), "go source 100KB": corpus(t, 100<<10),
 		"prose": prose, "cjk": cjk} {
-		exact := c.exact(o200k, text)
-		sampled := c.countTexts(o200k, []string{text})
+		exact := c.exact(o200k, text, false)
+		sampled := c.countTexts(o200k, []string{text}, false)
 		errPct := 100 * math.Abs(float64(sampled-exact)) / float64(exact)
 		t.Logf("%s: %d bytes, exact %d, sampled %d, error %.2f%%", name, len(text), exact, sampled, errPct)
 		if errPct > 5 {
@@ -179,8 +180,8 @@ func TestCountSampledAcrossPieces(t *testing.T) {
 	for i := range texts {
 		texts[i] = piece
 	}
-	exact := 20 * c.exact(o200k, piece)
-	got := c.countTexts(o200k, texts)
+	exact := 20 * c.exact(o200k, piece, false)
+	got := c.countTexts(o200k, texts, false)
 	if d := math.Abs(float64(got-exact)) / float64(exact); d > 0.02 {
 		t.Errorf("sampled %d vs exact %d", got, exact)
 	}
@@ -227,19 +228,29 @@ func reportCPU(b *testing.B) func() {
 	}
 }
 
+// BenchmarkEstimate estimates a chat request of one user message of each size:
+// "counted" without the text cache (every estimate tokenizes), "repeated"
+// with it, the same request every time (every estimate after the first hits).
 func BenchmarkEstimate(b *testing.B) {
-	c := New()
-	for _, size := range []int{1 << 10, 100 << 10, 1 << 20} {
-		req := chatBody(b, size)
-		c.EstimatePrompt(req) // load the vocabulary outside the timing
-		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			defer reportCPU(b)()
-			for b.Loop() {
-				c.EstimatePrompt(req)
+	for _, mode := range []string{"counted", "repeated"} {
+		c := New()
+		if mode == "counted" {
+			for id := range numEncodings {
+				c.encoding(id).texts = nil
 			}
-		})
+		}
+		for _, size := range []int{1 << 10, 100 << 10, 1 << 20} {
+			req := chatBody(b, size)
+			c.EstimatePrompt(req) // load the vocabulary outside the timing
+			b.Run(fmt.Sprintf("%s/%dKB", mode, size>>10), func(b *testing.B) {
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				defer reportCPU(b)()
+				for b.Loop() {
+					c.EstimatePrompt(req)
+				}
+			})
+		}
 	}
 }
 
@@ -397,4 +408,83 @@ func TestDecodeRanksRefuses(t *testing.T) {
 			t.Errorf("%s: decoded", tc.name)
 		}
 	}
+}
+
+func TestTextCache(t *testing.T) {
+	c := New()
+	enc := c.encoding(o200k)
+	one := newTextCache(1) // every text in the same slot
+	calls := 0
+	count := func(s string) int { calls++; return enc.count(s) }
+	texts := []string{"You are a terse assistant, answer in one line.", "Summarise the benefits of connection pooling.", "大規模言語モデルのゲートウェイはトークンを数える。"}
+	for round := range 2 {
+		for _, text := range texts {
+			for range 2 { // the second lookup of a text hits
+				if got, want := one.tokens(text, count), enc.count(text); got != want {
+					t.Fatalf("round %d: tokens(%q) = %d, want %d", round, text, got, want)
+				}
+			}
+		}
+	}
+	if calls != 2*len(texts) {
+		t.Errorf("counted %d times, want %d: one miss per text and round (each evicts the other)", calls, 2*len(texts))
+	}
+}
+
+// TestEstimateRemembersPrompts: an estimate through the text cache equals the
+// estimate without it, the first time and when every text hits; answers
+// (Count) are not remembered.
+func TestEstimateRemembersPrompts(t *testing.T) {
+	cached, plain := New(), New()
+	for id := range numEncodings {
+		plain.encoding(id).texts = nil
+	}
+	var texts []string
+	for _, text := range differentialCorpus(t) {
+		texts = append(texts, text)
+	}
+	for round := range 2 {
+		for _, id := range []encodingID{o200k, cl100k} {
+			if got, want := cached.countTexts(id, texts, true), plain.countTexts(id, texts, false); got != want {
+				t.Fatalf("round %d, %s: %d tokens through the cache, %d without", round, encodingNames[id], got, want)
+			}
+		}
+	}
+	big := strings.Repeat("The gateway counts prompt tokens before it forwards a request. ", 2000) // sampled
+	for range 2 {
+		if got, want := cached.countTexts(o200k, []string{big}, true), plain.countTexts(o200k, []string{big}, false); got != want {
+			t.Fatalf("sampled: %d tokens through the cache, %d without", got, want)
+		}
+	}
+	answer := "An answer is counted but never remembered by the text cache."
+	cached.Count("gpt-4o", answer)
+	tc := cached.encoding(o200k).texts
+	h1 := maphash.String(tc.seed1, answer)
+	if e := tc.slots[h1&uint64(len(tc.slots)-1)].Load(); e != nil && e.h1 == h1 {
+		t.Error("Count remembered an answer")
+	}
+}
+
+func TestTextCacheConcurrent(t *testing.T) {
+	c, plain := New(), New()
+	plain.encoding(o200k).texts = nil
+	texts := make([]string, 64)
+	want := make([]int64, len(texts))
+	for i := range texts {
+		texts[i] = fmt.Sprintf("message %d: %s", i, strings.Repeat("pooling connections saves handshakes; ", i%7+1))
+		want[i] = plain.countTexts(o200k, texts[i:i+1], false)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				k := (i*7 + g) % len(texts)
+				if got := c.countTexts(o200k, texts[k:k+1], true); got != want[k] {
+					t.Errorf("text %d: %d tokens, want %d", k, got, want[k])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
