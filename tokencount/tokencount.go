@@ -9,8 +9,8 @@
 // gateway and the mock upstream rely on agreeing), but are computed here: a
 // hand-written pre-tokenizer replaces the library's regex (split.go), byte-pair
 // merging runs over the library's rank tables, embedded as rank files written
-// from it (ranks.go, bpe.go), and a bounded per-Counter cache remembers the
-// counts of multi-token pieces (cache.go). The library itself is only a test
+// from it (ranks.go, bpe.go), and bounded per-Counter caches remember the
+// counts of multi-token pieces and of whole prompt texts (cache.go). The library itself is only a test
 // dependency: tests compare with it on a corpus and under fuzzing, and check
 // that the rank files still hold its vocabularies.
 //
