@@ -1,10 +1,6 @@
 package tokencount
 
-import (
-	"github.com/tidwall/gjson"
-
-	"sluice/llmapi"
-)
+import "sluice/llmapi"
 
 // Estimation rules, following OpenAI's published counting recipe for chat:
 //   - every message (chat message, Anthropic message, responses input item) costs
@@ -47,58 +43,58 @@ func (e *estimator) collect(req *llmapi.Request) {
 	switch req.Endpoint {
 	case llmapi.ChatCompletions, llmapi.Messages:
 		if len(req.System) > 0 {
-			e.content(gjson.ParseBytes(req.System))
+			e.content(topLevel(req.System))
 		}
-		e.conversation(gjson.ParseBytes(req.Messages))
+		e.conversation(topLevel(req.Messages))
 	case llmapi.Completions:
-		e.promptList(gjson.ParseBytes(req.Prompt))
+		e.promptList(topLevel(req.Prompt))
 	case llmapi.Embeddings:
-		e.promptList(gjson.ParseBytes(req.Input))
+		e.promptList(topLevel(req.Input))
 	case llmapi.Responses:
 		if len(req.Instructions) > 0 {
-			e.content(gjson.ParseBytes(req.Instructions))
+			e.content(topLevel(req.Instructions))
 		}
-		in := gjson.ParseBytes(req.Input)
-		if in.Type == gjson.String {
+		in := topLevel(req.Input)
+		if in.isString() {
 			e.fixed += TokensPerMessage + 1 + ReplyPriming // an implicit user message
-			e.text(in.Str)
+			e.text(in.str())
 		} else {
 			e.conversation(in)
 		}
 	}
 	if len(req.Tools) > 0 {
-		if t := gjson.ParseBytes(req.Tools); t.IsArray() || t.IsObject() {
-			e.text(t.Raw)
+		if t := topLevel(req.Tools); t.isArray() || t.isObject() {
+			e.text(t.raw())
 		}
 	}
 }
 
 // conversation counts an array of messages; anything else is counted as content.
-func (e *estimator) conversation(msgs gjson.Result) {
-	if !msgs.Exists() {
+func (e *estimator) conversation(msgs jval) {
+	if !msgs.exists() {
 		return
 	}
-	if !msgs.IsArray() {
+	if !msgs.isArray() {
 		e.content(msgs)
 		return
 	}
-	msgs.ForEach(func(_, m gjson.Result) bool {
+	msgs.each(func(_, m jval) bool {
 		e.fixed += TokensPerMessage
-		if !m.IsObject() {
+		if !m.isObject() {
 			e.content(m)
 			return true
 		}
-		m.ForEach(func(k, v gjson.Result) bool {
-			switch {
-			case k.Str == "content":
+		m.each(func(k, v jval) bool {
+			switch name := k.str(); {
+			case name == "content":
 				e.content(v)
-			case v.Type == gjson.String:
-				e.text(v.Str)
-				if k.Str == "name" {
+			case v.isString():
+				e.text(v.str())
+				if name == "name" {
 					e.fixed++
 				}
-			case v.IsArray() || v.IsObject():
-				e.text(v.Raw)
+			case v.isArray() || v.isObject():
+				e.text(v.raw())
 			}
 			return true
 		})
@@ -108,29 +104,29 @@ func (e *estimator) conversation(msgs gjson.Result) {
 }
 
 // content counts a string or an array of content parts.
-func (e *estimator) content(v gjson.Result) {
+func (e *estimator) content(v jval) {
 	switch {
-	case v.Type == gjson.String:
-		e.text(v.Str)
-	case v.IsArray():
-		v.ForEach(func(_, p gjson.Result) bool {
+	case v.isString():
+		e.text(v.str())
+	case v.isArray():
+		v.each(func(_, p jval) bool {
 			e.part(p)
 			return true
 		})
-	case v.IsObject():
+	case v.isObject():
 		e.part(v)
 	}
 }
 
-func (e *estimator) part(p gjson.Result) {
-	if p.Type == gjson.String {
-		e.text(p.Str)
+func (e *estimator) part(p jval) {
+	if p.isString() {
+		e.text(p.str())
 		return
 	}
-	if !p.IsObject() {
+	if !p.isObject() {
 		return
 	}
-	typ := p.Get("type").Str
+	typ := p.get("type").str()
 	switch typ {
 	case "image_url", "image", "input_image":
 		e.fixed += ImagePartTokens
@@ -139,34 +135,34 @@ func (e *estimator) part(p gjson.Result) {
 		e.fixed += FilePartTokens
 		return
 	case "input_audio":
-		e.text(p.Get("input_audio.transcript").Str)
+		e.text(p.get("input_audio").get("transcript").str())
 		return
 	}
-	if t := p.Get("text"); t.Type == gjson.String {
-		e.text(t.Str)
+	if t := p.get("text"); t.isString() {
+		e.text(t.str())
 		return
 	}
 	if typ == "tool_result" {
-		e.content(p.Get("content"))
+		e.content(p.get("content"))
 		return
 	}
-	e.text(p.Raw)
+	e.text(p.raw())
 }
 
 // promptList counts a completions prompt or an embeddings input.
-func (e *estimator) promptList(v gjson.Result) {
+func (e *estimator) promptList(v jval) {
 	switch {
-	case v.Type == gjson.String:
-		e.text(v.Str)
-	case v.IsArray():
-		v.ForEach(func(_, x gjson.Result) bool {
+	case v.isString():
+		e.text(v.str())
+	case v.isArray():
+		v.each(func(_, x jval) bool {
 			switch {
-			case x.Type == gjson.Number:
+			case x.isNumber():
 				e.fixed++ // a token id
-			case x.Type == gjson.String:
-				e.text(x.Str)
-			case x.IsArray():
-				x.ForEach(func(_, _ gjson.Result) bool { e.fixed++; return true })
+			case x.isString():
+				e.text(x.str())
+			case x.isArray():
+				x.each(func(_, _ jval) bool { e.fixed++; return true })
 			}
 			return true
 		})
