@@ -11,16 +11,8 @@ import (
 
 // refEstimator is the estimator as it was written over gjson: the reference
 // the jval walk must agree with on every body llmapi.Parse accepts.
-type refEstimator struct {
-	texts []string
-	fixed int64
-}
-
-func (e *refEstimator) text(s string) {
-	if s != "" {
-		e.texts = append(e.texts, s)
-	}
-}
+// It gathers into an estimator (texts, fixed costs, text) and has its own walk.
+type refEstimator struct{ estimator }
 
 func (e *refEstimator) collect(req *llmapi.Request) {
 	switch req.Endpoint {
