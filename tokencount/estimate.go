@@ -126,7 +126,27 @@ func (e *estimator) part(p jval) {
 	if !p.isObject() {
 		return
 	}
-	typ := p.get("type").str()
+	// One pass finds the members the rules read, each at its first
+	// occurrence (what get would return), instead of one walk for each.
+	var typeV, textV, contentV, audioV jval
+	p.each(func(k, v jval) bool {
+		var dst *jval
+		switch k.str() {
+		case "type":
+			dst = &typeV
+		case "text":
+			dst = &textV
+		case "content":
+			dst = &contentV
+		case "input_audio":
+			dst = &audioV
+		}
+		if dst != nil && !dst.exists() {
+			*dst = v
+		}
+		return true
+	})
+	typ := typeV.str()
 	switch typ {
 	case "image_url", "image", "input_image":
 		e.fixed += ImagePartTokens
@@ -135,15 +155,15 @@ func (e *estimator) part(p jval) {
 		e.fixed += FilePartTokens
 		return
 	case "input_audio":
-		e.text(p.get("input_audio").get("transcript").str())
+		e.text(audioV.get("transcript").str())
 		return
 	}
-	if t := p.get("text"); t.isString() {
-		e.text(t.str())
+	if textV.isString() {
+		e.text(textV.str())
 		return
 	}
 	if typ == "tool_result" {
-		e.content(p.get("content"))
+		e.content(contentV)
 		return
 	}
 	e.text(p.raw())

@@ -10,9 +10,10 @@
 // hand-written pre-tokenizer replaces the library's regex (split.go), byte-pair
 // merging runs over the library's rank tables, embedded as rank files written
 // from it (ranks.go, bpe.go), and bounded per-Counter caches remember the
-// counts of multi-token pieces and of whole prompt texts (cache.go). The library itself is only a test
-// dependency: tests compare with it on a corpus and under fuzzing, and check
-// that the rank files still hold its vocabularies.
+// counts of multi-token pieces and of whole prompt texts (cache.go). The
+// library itself is only a test dependency: tests compare with it on a corpus
+// and under fuzzing, and check that the rank files still hold its
+// vocabularies.
 //
 // Texts whose total size exceeds SampleThreshold are counted exactly on a bounded
 // sample (SampleWindows windows of SampleWindowBytes spread evenly over the text)
@@ -52,7 +53,7 @@ const (
 var encodingNames = [numEncodings]string{o200k: "o200k_base", cl100k: "cl100k_base"}
 
 // encoding counts tokens of one encoding: its own pre-tokenizer (split.go), the
-// rank table read out of the library's vocabulary, and a cache of piece counts.
+// rank table of its rank file (ranks.go), and caches of piece and text counts.
 // Counts equal the library's Codec.Count for every string (TestCountMatchesLibrary,
 // FuzzCountMatchesLibrary).
 type encoding struct {
